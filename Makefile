@@ -1,0 +1,35 @@
+# oncekit: the README's commands. `make help` lists them.
+GO        ?= go
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+export DATABASE_URL
+
+.PHONY: help test test-short demo bench build vet fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+test: ## run every test with the race detector (real PostgreSQL and NATS)
+	$(GO) vet ./...
+	$(GO) test -race -timeout 30m ./...
+
+test-short: ## the quick tests only
+	$(GO) test -short ./...
+
+demo: ## end-to-end example on the local services (or an embedded NATS)
+	$(GO) run ./examples/demo
+
+bench: ## benchmarks against watermill and the raw limits (3 runs each)
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 60m ./... | tee ../bench.txt
+
+build: ## build the oncekit binary into bin/
+	$(GO) build -o bin/oncekit ./cmd/oncekit
+
+vet: ## go vet
+	$(GO) vet ./...
+
+fuzz: ## run each fuzz target for 30 s
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./idempotency/
+	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./idempotency/
+
+clean: ## remove build output
+	rm -rf bin bench.txt

@@ -1,0 +1,10 @@
+// Package natsjs adapts NATS JetStream (the nats.go jetstream package) to
+// oncekit's broker interfaces.
+//
+// The Publisher publishes a batch asynchronously with Nats-Msg-Id set to each
+// message's ID and reports each acknowledgement. JetStream drops a message
+// whose Nats-Msg-Id it has already stored within the stream's Duplicates
+// window, so a relay that re-publishes after a crash does not create a second
+// copy as long as it re-publishes within that window. EnsureStream creates or
+// updates a stream with an explicit window.
+package natsjs

@@ -1,0 +1,77 @@
+package natsjs_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+func TestPublishBatchDedupsByID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := testenv.NewNATS(t)
+	name := testenv.Name(t)
+	stream, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, natsjs.DefaultDuplicates, info.Config.Duplicates)
+
+	pub, err := natsjs.NewPublisher(n.Conn, nil)
+	require.NoError(t, err)
+	msgs := make([]broker.Message, 100)
+	for i := range msgs {
+		msgs[i] = broker.Message{ID: uuid.New(), Subject: name + ".e", Key: "k", Payload: []byte{byte(i)}, Headers: map[string]string{"X-A": "1"}}
+	}
+	for _, r := range pub.Publish(ctx, msgs) {
+		require.NoError(t, r.Err)
+		require.False(t, r.Duplicate)
+	}
+	// Publishing the same batch again is absorbed by the dedup window.
+	for _, r := range pub.Publish(ctx, msgs) {
+		require.NoError(t, r.Err)
+		require.True(t, r.Duplicate)
+	}
+	info, err = stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 100, info.State.Msgs)
+
+	got, err := stream.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, msgs[0].ID.String(), got.Header.Get(broker.HeaderMsgID))
+	require.Equal(t, "k", got.Header.Get(broker.HeaderKey))
+	require.Equal(t, "1", got.Header.Get("X-A"))
+}
+
+func TestPublishReportsPerMessageErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := testenv.NewNATS(t)
+	name := testenv.Name(t)
+	_, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".ok"}})
+	require.NoError(t, err)
+	pub, err := natsjs.NewPublisher(n.Conn, nil)
+	require.NoError(t, err)
+	res := pub.Publish(ctx, []broker.Message{
+		{ID: uuid.New(), Subject: name + ".ok"},
+		{ID: uuid.New(), Subject: name + ".nostream"}, // no stream captures it
+	})
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, jetstream.ErrNoStreamResponse)
+}
+
+func TestEnsureStreamValidates(t *testing.T) {
+	t.Parallel()
+	n := testenv.NewNATS(t)
+	_, err := natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Subjects: []string{"x"}})
+	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
+	_, err = natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Name: "x"})
+	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
+}

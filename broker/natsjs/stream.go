@@ -1,0 +1,64 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultDuplicates is the dedup window EnsureStream uses unless told
+// otherwise: JetStream's own default is 2 minutes, which is shorter than a
+// relay outage worth surviving. Within the window, a re-published message with
+// a known Nats-Msg-Id is acknowledged as a duplicate and not stored again;
+// beyond it, consumers' inbox dedup is what absorbs it.
+const DefaultDuplicates = 10 * time.Minute
+
+// StreamConfig describes the stream EnsureStream creates or updates.
+type StreamConfig struct {
+	// Name of the stream. Required.
+	Name string
+	// Subjects the stream captures. Required.
+	Subjects []string
+	// Duplicates is the dedup window. Defaults to DefaultDuplicates.
+	Duplicates time.Duration
+	// Storage defaults to file storage.
+	Storage jetstream.StorageType
+	// Replicas defaults to 1.
+	Replicas int
+	// MaxAge bounds how long messages are kept. Defaults to unlimited.
+	MaxAge time.Duration
+}
+
+// ErrInvalidStream is returned for a StreamConfig missing a required field.
+var ErrInvalidStream = errors.New("natsjs: invalid stream config")
+
+// EnsureStream creates the stream, or updates it to cfg if it exists.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("%w: Name is required", ErrInvalidStream)
+	}
+	if len(cfg.Subjects) == 0 {
+		return nil, fmt.Errorf("%w: Subjects is required", ErrInvalidStream)
+	}
+	if cfg.Duplicates <= 0 {
+		cfg.Duplicates = DefaultDuplicates
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       cfg.Name,
+		Subjects:   cfg.Subjects,
+		Duplicates: cfg.Duplicates,
+		Storage:    cfg.Storage,
+		Replicas:   cfg.Replicas,
+		MaxAge:     cfg.MaxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: ensure stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
+}

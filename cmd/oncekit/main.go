@@ -1,0 +1,105 @@
+// Command oncekit is oncekit's command line: schema migrations, the outbox
+// relay daemon, and the operator tools for dead letters, side effects and
+// drift. Run `oncekit help` for the list of commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one `oncekit` subcommand. Each lives in its own file and
+// registers itself in an init function.
+type command struct {
+	name    string
+	summary string
+	// run executes the command; args excludes the command name.
+	run func(ctx context.Context, e *env, args []string) error
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("oncekit: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// env is what a command may touch of the outside world.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// usageError is a mistake in the command line or configuration: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// exitError carries a specific exit code without printing anything more.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printHelp(e.stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "oncekit: unknown command %q\n\n", args[0])
+		printHelp(e.stderr)
+		return 2
+	}
+	err := c.run(ctx, e, args[1:])
+	var ue *usageError
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		fmt.Fprintf(e.stderr, "oncekit %s: %v\n", c.name, err)
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "oncekit %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "usage: oncekit <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun `oncekit <command> -h` for a command's flags. Common environment:\n"+
+		"  DATABASE_URL    PostgreSQL connection string\n"+
+		"  NATS_URL        NATS server URL\n"+
+		"  ONCEKIT_SCHEMA  schema of oncekit's tables (default oncekit)")
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/oncekit/oncekit/migrations"
+)
+
+func init() {
+	register(&command{name: "migrate", summary: "apply, list or print the schema migrations (up | status | sql)", run: runMigrate})
+}
+
+func runMigrate(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "migrate", "migrate up|status|sql [flags]")
+	var db dbFlags
+	db.register(fs, e)
+	if len(args) == 0 {
+		fs.Usage()
+		return usagef("missing subcommand: up, status or sql")
+	}
+	sub := args[0]
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	schema := migrations.WithSchema(db.schema)
+	switch sub {
+	case "sql":
+		if err := db.validate(); err != nil {
+			return err
+		}
+		sql, err := migrations.SQL(schema)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(e.stdout, sql)
+		return nil
+	case "up":
+		pool, err := db.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		applied, err := migrations.Up(ctx, pool, schema)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintf(e.stdout, "schema %s is up to date\n", db.schema)
+		}
+		for _, m := range applied {
+			fmt.Fprintf(e.stdout, "applied %03d_%s\n", m.Version, m.Name)
+		}
+		return nil
+	case "status":
+		pool, err := db.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		st, err := migrations.Status(ctx, pool, schema)
+		if err != nil {
+			return err
+		}
+		for _, s := range st {
+			state := "pending"
+			if s.AppliedAt != nil {
+				state = "applied " + s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+			}
+			fmt.Fprintf(e.stdout, "%03d_%-20s %s\n", s.Version, s.Name, state)
+		}
+		return nil
+	default:
+		return usagef("unknown subcommand %q: want up, status or sql", sub)
+	}
+}

@@ -1,0 +1,68 @@
+// Package pgsql holds the small pieces of PostgreSQL plumbing every oncekit
+// package shares: schema-name validation, rendering of schema-qualified SQL,
+// and the narrow database interfaces the packages accept.
+package pgsql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultSchema is the schema oncekit's tables live in unless configured.
+const DefaultSchema = "oncekit"
+
+// ErrInvalidSchema is returned for a schema name that is not a plain
+// lower-case SQL identifier.
+var ErrInvalidSchema = errors.New("oncekit: invalid schema name")
+
+var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidateSchema accepts only plain lower-case identifiers (letters, digits,
+// underscore; at most 63 bytes), so a schema name taken from configuration can
+// never carry SQL. An empty name means DefaultSchema.
+func ValidateSchema(name string) (string, error) {
+	if name == "" {
+		return DefaultSchema, nil
+	}
+	if !identRe.MatchString(name) {
+		return "", fmt.Errorf("%w: %q (want [a-z_][a-z0-9_]*, at most 63 bytes)", ErrInvalidSchema, name)
+	}
+	return name, nil
+}
+
+// Render replaces every "{schema}" in sql with the quoted schema name. The
+// name must have passed ValidateSchema.
+func Render(sql, schema string) string {
+	return strings.ReplaceAll(sql, "{schema}", `"`+schema+`"`)
+}
+
+// Querier is what oncekit needs to run a statement: satisfied by pgx.Tx,
+// *pgx.Conn and *pgxpool.Pool.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Beginner starts transactions: satisfied by *pgxpool.Pool and *pgx.Conn.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// DB is a pool-like handle: it begins transactions and runs statements.
+type DB interface {
+	Querier
+	Beginner
+}
+
+// IsUniqueViolation reports whether err is PostgreSQL's unique_violation.
+func IsUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

@@ -1,0 +1,151 @@
+// Package testenv gives oncekit's tests a real PostgreSQL and a real NATS
+// JetStream server, isolated per test: every call to DB makes a fresh schema
+// with the migrations applied (dropped at the end), and NATS either starts an
+// in-process nats-server with JetStream in a temp dir or, when NATS_URL is set,
+// connects to that server (tests then isolate by stream and subject names from
+// Name).
+//
+// DATABASE_URL overrides the default postgres://postgres@127.0.0.1:5432/postgres.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/migrations"
+)
+
+// DefaultDatabaseURL is used when DATABASE_URL is not set.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// DatabaseURL returns DATABASE_URL or the local default.
+func DatabaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultDatabaseURL
+}
+
+var nonWord = regexp.MustCompile(`[^a-z0-9]+`)
+
+// Name returns a short name unique to this call, safe as a schema, stream or
+// subject token: the test's name, lower-cased, plus random hex.
+func Name(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	base := strings.Trim(nonWord.ReplaceAllString(strings.ToLower(t.Name()), "_"), "_")
+	if len(base) > 40 {
+		base = base[len(base)-40:]
+	}
+	return "t_" + base + "_" + hex.EncodeToString(b[:])
+}
+
+// DB is a PostgreSQL pool and the fresh schema oncekit's tables live in.
+type DB struct {
+	Pool   *pgxpool.Pool
+	Schema string
+	URL    string // DatabaseURL with search_path set to Schema
+}
+
+// NewDB creates a fresh schema, applies every migration in it and returns a
+// pool whose search_path is that schema (so a test's own tables land there
+// too). The schema is dropped when the test ends.
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	ctx := context.Background()
+	schema := Name(t)
+	cfg, err := pgxpool.ParseConfig(DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if cfg.MaxConns < 8 {
+		cfg.MaxConns = 8
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	_, err = migrations.Up(ctx, pool, migrations.WithSchema(schema))
+	require.NoError(t, err, "migrations on %s (is PostgreSQL up?)", DatabaseURL())
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA IF EXISTS %q CASCADE`, schema))
+		pool.Close()
+	})
+	return &DB{Pool: pool, Schema: schema, URL: withSearchPath(DatabaseURL(), schema)}
+}
+
+func withSearchPath(url, schema string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + schema
+}
+
+// NATS is a connection to a real JetStream-enabled server.
+type NATS struct {
+	URL    string
+	Conn   *nats.Conn
+	JS     jetstream.JetStream
+	Server *server.Server // nil when NATS_URL points elsewhere
+}
+
+// NewNATS connects to NATS_URL when set, else starts an in-process
+// nats-server with JetStream storing in a temp dir. Everything is closed when
+// the test ends.
+func NewNATS(t testing.TB) *NATS {
+	t.Helper()
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return connect(t, &NATS{URL: u})
+	}
+	srv := StartServer(t, t.TempDir(), -1)
+	return connect(t, &NATS{URL: srv.ClientURL(), Server: srv})
+}
+
+func connect(t testing.TB, n *NATS) *NATS {
+	t.Helper()
+	nc, err := nats.Connect(n.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	n.Conn, n.JS = nc, js
+	return n
+}
+
+// StartServer starts an in-process nats-server with JetStream storing in dir,
+// on port (-1 picks a free one). Starting it again on the same dir and port
+// is how tests restart the broker with its data. It is shut down when the test
+// ends, if still running.
+func StartServer(t testing.TB, dir string, port int) *server.Server {
+	t.Helper()
+	opts := &server.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  dir,
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("testenv: nats-server did not start")
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return srv
+}

@@ -1,0 +1,38 @@
+-- The outbox: events written in the producer's own transaction, published by
+-- the relay. txid orders rows by writing transaction so that a late commit is
+-- never overtaken (the relay only reads rows below the snapshot's xmin).
+CREATE TABLE {schema}.outbox (
+	seq             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	id              uuid        NOT NULL,
+	txid            xid8        NOT NULL DEFAULT pg_current_xact_id(),
+	partition       integer     NOT NULL,
+	ordering_key    text        NOT NULL DEFAULT '',
+	subject         text        NOT NULL,
+	payload         bytea       NOT NULL,
+	headers         jsonb,
+	created_at      timestamptz NOT NULL DEFAULT now(),
+	attempts        integer     NOT NULL DEFAULT 0,
+	next_attempt_at timestamptz,
+	last_error      text,
+	parked_at       timestamptz,
+	published_at    timestamptz,
+	CONSTRAINT outbox_id_key UNIQUE (id)
+);
+
+CREATE INDEX outbox_unpublished ON {schema}.outbox (partition, txid, seq) WHERE published_at IS NULL;
+CREATE INDEX outbox_published ON {schema}.outbox (published_at) WHERE published_at IS NOT NULL;
+
+-- Partition leases: each partition is owned by at most one relay at a time.
+-- token is the fencing token, bumped on every change of owner.
+CREATE TABLE {schema}.relay_partitions (
+	partition  integer PRIMARY KEY,
+	owner      text,
+	token      bigint      NOT NULL DEFAULT 0,
+	expires_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+
+-- Live relay processes, for a fair share of partitions each.
+CREATE TABLE {schema}.relay_nodes (
+	id           text PRIMARY KEY,
+	heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
