@@ -14,8 +14,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,4 +151,45 @@ func StartServer(t testing.TB, dir string, port int) *server.Server {
 		srv.WaitForShutdown()
 	})
 	return srv
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// OncekitBinary builds ./cmd/oncekit once per test process and returns the
+// binary's path, for tests that run (and kill) real oncekit daemons.
+func OncekitBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "oncekit-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "oncekit")
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/oncekit")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/oncekit: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return buildPath
+}
+
+// moduleRoot finds the directory holding oncekit's go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/oncekit/oncekit").Output()
+	if err != nil {
+		return "", fmt.Errorf("testenv: locate module: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
