@@ -1,6 +1,9 @@
 -- The outbox: events written in the producer's own transaction, published by
 -- the relay. txid orders rows by writing transaction so that a late commit is
--- never overtaken (the relay only reads rows below the snapshot's xmin).
+-- never overtaken: the relay only reads rows whose txid is below the xmin of
+-- its snapshot (every transaction that could still add an earlier row has
+-- ended), in (txid, seq) order, and marks rows published instead of keeping a
+-- cursor.
 CREATE TABLE {schema}.outbox (
 	seq             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	id              uuid        NOT NULL,
@@ -19,11 +22,16 @@ CREATE TABLE {schema}.outbox (
 	CONSTRAINT outbox_id_key UNIQUE (id)
 );
 
-CREATE INDEX outbox_unpublished ON {schema}.outbox (partition, txid, seq) WHERE published_at IS NULL;
-CREATE INDEX outbox_published ON {schema}.outbox (published_at) WHERE published_at IS NOT NULL;
+-- What the relay reads: unpublished rows of one partition in commit order.
+CREATE INDEX outbox_pending ON {schema}.outbox (partition, txid, seq) WHERE published_at IS NULL;
+
+-- Rows that block their key: waiting for a retry or parked. Small by nature.
+CREATE INDEX outbox_blocked ON {schema}.outbox (partition, ordering_key, txid, seq)
+	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL);
 
 -- Partition leases: each partition is owned by at most one relay at a time.
--- token is the fencing token, bumped on every change of owner.
+-- token is the fencing token, bumped on every change of owner; the relay's
+-- writes are conditioned on (owner, token).
 CREATE TABLE {schema}.relay_partitions (
 	partition  integer PRIMARY KEY,
 	owner      text,
@@ -31,7 +39,7 @@ CREATE TABLE {schema}.relay_partitions (
 	expires_at timestamptz NOT NULL DEFAULT '-infinity'
 );
 
--- Live relay processes, for a fair share of partitions each.
+-- Live relay processes, so that each takes a fair share of the partitions.
 CREATE TABLE {schema}.relay_nodes (
 	id           text PRIMARY KEY,
 	heartbeat_at timestamptz NOT NULL DEFAULT now()

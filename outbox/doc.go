@@ -1,0 +1,21 @@
+// Package outbox is the producer half of oncekit: the transactional outbox
+// and its relay to the broker.
+//
+// An Outbox writes events into the outbox table inside the caller's own
+// transaction (Enqueue), so the business change and its events commit
+// together or not at all. A Relay (NewRelay, Run) reads committed events and
+// publishes them, with the event ID as the broker's dedup ID (Nats-Msg-Id on
+// JetStream), marking as published only what the broker acknowledged.
+//
+// Ordering is per ordering key: rows carry a partition (a stable hash of the
+// key), each partition is owned by one relay at a time through a lease with a
+// fencing token, and within a partition rows are read in the order of their
+// writing transactions (txid, then seq), only once every transaction that
+// could still add an earlier row has ended. Several relay processes share the
+// partitions fairly; different keys are published in parallel.
+//
+// A message the broker keeps rejecting blocks only its own key, is retried
+// with exponential backoff, and is parked after RelayConfig.MaxAttempts
+// attempts: still in the table, visible, and released with Unpark (CLI:
+// `oncekit outbox unpark`). Nothing is ever dropped.
+package outbox

@@ -1,0 +1,55 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// Write a business row and its event in one transaction.
+func ExampleOutbox_Enqueue() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	ob, err := outbox.New(&outbox.Config{Schema: "oncekit"})
+	if err != nil {
+		panic(err)
+	}
+	paymentID := "pay_123"
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO payments (id, amount) VALUES ($1, 100)`, paymentID); err != nil {
+			return err
+		}
+		res, err := ob.Enqueue(ctx, tx, broker.Message{
+			ID:      oncekit.DeriveID(paymentID, "PaymentCreated"),
+			Subject: "payments.created",
+			Key:     paymentID,
+			Payload: []byte(`{"id":"pay_123","amount":100}`),
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Println("inserted", res.Inserted, "duplicates", len(res.Duplicates))
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// Messages with the same ordering key share a partition, so they keep their order.
+func ExamplePartitionOf() {
+	a := outbox.PartitionOf(broker.Message{Key: "order-1"}, 16)
+	b := outbox.PartitionOf(broker.Message{Key: "order-1"}, 16)
+	fmt.Println(a == b, a)
+	// Output: true 13
+}
