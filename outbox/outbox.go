@@ -53,6 +53,8 @@ type Outbox struct {
 	notify     bool
 	channel    string
 	insertSQL  string
+	listSQL    string
+	unparkSQL  string
 }
 
 // EnqueueResult says what Enqueue did.
@@ -92,6 +94,8 @@ func New(cfg *Config) (*Outbox, error) {
 		notify:     c.Notify,
 		channel:    NotifyChannel(schema),
 		insertSQL:  pgsql.Render(insertSQL, schema),
+		listSQL:    pgsql.Render(listSQL, schema),
+		unparkSQL:  pgsql.Render(unparkSQL, schema),
 	}, nil
 }
 

@@ -20,6 +20,7 @@ type PublisherConfig struct {
 // Publisher publishes batches to JetStream asynchronously, with
 // Nats-Msg-Id = message ID. It is safe for concurrent use.
 type Publisher struct {
+	nc *nats.Conn
 	js jetstream.JetStream
 }
 
@@ -42,7 +43,7 @@ func NewPublisher(nc *nats.Conn, cfg *PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}
-	return &Publisher{js: js}, nil
+	return &Publisher{nc: nc, js: js}, nil
 }
 
 // NATSMsg converts m to a NATS message with oncekit's headers set.
@@ -96,3 +97,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) []broker
 	}
 	return results
 }
+
+// Connected reports whether the connection to NATS is up. A relay uses it to
+// tell a broker outage (nothing counted against the messages) from messages
+// the broker rejects.
+func (p *Publisher) Connected() bool { return p.nc.IsConnected() }

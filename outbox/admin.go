@@ -1,0 +1,130 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// State selects rows for List.
+type State string
+
+// States of an outbox row.
+const (
+	// StatePending: not yet published, not parked (possibly waiting for a retry).
+	StatePending State = "pending"
+	// StateParked: failed MaxAttempts times; blocks its key until unparked.
+	StateParked State = "parked"
+	// StatePublished: acknowledged by the broker (kept until retention).
+	StatePublished State = "published"
+)
+
+// ListOptions filters List.
+type ListOptions struct {
+	// State selects the rows; empty means all.
+	State State
+	// Limit bounds the rows returned. Defaults to 100.
+	Limit int
+}
+
+// Entry is one outbox row as List reports it.
+type Entry struct {
+	Seq           int64
+	ID            uuid.UUID
+	Partition     int
+	Key           string
+	Subject       string
+	PayloadSize   int
+	Headers       map[string]string
+	CreatedAt     time.Time
+	Attempts      int
+	NextAttemptAt *time.Time
+	LastError     string
+	ParkedAt      *time.Time
+	PublishedAt   *time.Time
+}
+
+// State is the entry's state.
+func (e Entry) State() State {
+	switch {
+	case e.PublishedAt != nil:
+		return StatePublished
+	case e.ParkedAt != nil:
+		return StateParked
+	default:
+		return StatePending
+	}
+}
+
+const listSQL = `SELECT seq, id, partition, ordering_key, subject, length(payload), headers, created_at,
+	attempts, next_attempt_at, coalesce(last_error, ''), parked_at, published_at
+	FROM {schema}.outbox
+	WHERE CASE $1::text
+		WHEN 'pending' THEN published_at IS NULL AND parked_at IS NULL
+		WHEN 'parked' THEN published_at IS NULL AND parked_at IS NOT NULL
+		WHEN 'published' THEN published_at IS NOT NULL
+		ELSE true END
+	ORDER BY txid, seq LIMIT $2`
+
+// List returns outbox rows in publishing order (oldest first).
+func (o *Outbox) List(ctx context.Context, q pgsql.Querier, opts ListOptions) ([]Entry, error) {
+	switch opts.State {
+	case "", StatePending, StateParked, StatePublished:
+	default:
+		return nil, fmt.Errorf("outbox: ListOptions.State: unknown state %q", opts.State)
+	}
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	rows, err := q.Query(ctx, o.listSQL, string(opts.State), opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
+		var e Entry
+		var headers []byte
+		err := r.Scan(&e.Seq, &e.ID, &e.Partition, &e.Key, &e.Subject, &e.PayloadSize, &headers, &e.CreatedAt,
+			&e.Attempts, &e.NextAttemptAt, &e.LastError, &e.ParkedAt, &e.PublishedAt)
+		if err == nil && len(headers) > 0 {
+			err = json.Unmarshal(headers, &e.Headers)
+		}
+		return e, err
+	})
+}
+
+const unparkSQL = `UPDATE {schema}.outbox SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+	WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1::boolean OR id = ANY($2::uuid[]))`
+
+// Unpark releases the parked messages ids so that the relay tries them again
+// with a fresh attempt count, and wakes listening relays. It returns how many
+// rows were unparked; ids that are not parked are ignored.
+func (o *Outbox) Unpark(ctx context.Context, q pgsql.Querier, ids ...uuid.UUID) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return o.unpark(ctx, q, false, ids)
+}
+
+// UnparkAll releases every parked message; see Unpark.
+func (o *Outbox) UnparkAll(ctx context.Context, q pgsql.Querier) (int64, error) {
+	return o.unpark(ctx, q, true, nil)
+}
+
+func (o *Outbox) unpark(ctx context.Context, q pgsql.Querier, all bool, ids []uuid.UUID) (int64, error) {
+	tag, err := q.Exec(ctx, o.unparkSQL, all, ids)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: unpark: %w", err)
+	}
+	if tag.RowsAffected() > 0 {
+		if _, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, o.channel, notifyAll); err != nil {
+			return tag.RowsAffected(), fmt.Errorf("outbox: unpark: notify: %w", err)
+		}
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,289 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// RelayConfig configures a Relay. The zero value works.
+type RelayConfig struct {
+	// Schema holds oncekit's tables. Defaults to "oncekit".
+	Schema string
+	// Partitions must equal the writers' Config.Partitions. Defaults to
+	// DefaultPartitions.
+	Partitions int
+	// NodeID names this relay process in the lease tables. Defaults to
+	// hostname-pid-random.
+	NodeID string
+	// BatchSize is the most rows read and published at once per partition.
+	// Defaults to 1000.
+	BatchSize int
+	// LeaseTTL is how long a partition lease lasts without renewal; leases are
+	// renewed every LeaseTTL/3, and a relay stops publishing a partition
+	// LeaseTTL/5 before its lease would expire unrenewed. Defaults to 10s.
+	LeaseTTL time.Duration
+	// PollInterval is the longest wait between two looks at the outbox: the
+	// fallback when no notification arrives, and the idle polling period.
+	// Defaults to 500ms.
+	PollInterval time.Duration
+	// BusyPollInterval is the wait between two looks while events keep
+	// arriving; the wait doubles on each empty look up to PollInterval.
+	// Defaults to 1ms.
+	BusyPollInterval time.Duration
+	// PollOnly disables LISTEN (for PgBouncer in transaction pooling mode).
+	// Defaults to false: the relay listens for writers' and the CLI's
+	// notifications.
+	PollOnly bool
+	// PublishTimeout bounds one publish round to the broker. Defaults to 30s.
+	PublishTimeout time.Duration
+	// MaxAttempts is the number of failed publishes after which a message is
+	// parked. Attempts are counted only while the broker is reachable (a
+	// broker outage parks nothing). Defaults to 10.
+	MaxAttempts int
+	// RetryInitial and RetryMax bound the exponential wait before a failed
+	// message is tried again. Default to 1s and 5m.
+	RetryInitial, RetryMax time.Duration
+	// BrokerBackoffMax caps the exponential backoff of a partition while the
+	// broker is unreachable. Defaults to 10s.
+	BrokerBackoffMax time.Duration
+	// Retention is how long published rows are kept before the retention loop
+	// deletes them. Defaults to 24h; negative disables the loop.
+	Retention time.Duration
+	// RetentionInterval is the period of the retention loop. Defaults to 1m.
+	RetentionInterval time.Duration
+	// RetentionBatch is the most rows one retention DELETE removes. Defaults
+	// to 1000.
+	RetentionBatch int
+	// StatsInterval is the period at which the gauges (oldest unpublished age,
+	// parked) are refreshed. Defaults to 5s.
+	StatsInterval time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the relay's metrics. Nil means no metrics.
+	Registerer prometheus.Registerer
+}
+
+// Relay publishes committed outbox rows to a broker. See the package doc.
+type Relay struct {
+	pool *pgxpool.Pool
+	pub  broker.Publisher
+	cfg  RelayConfig
+	sql  relaySQL
+	log  *slog.Logger
+	m    *metrics
+	ch   string
+
+	epoch   time.Time
+	probeCh chan struct{}
+	ran     sync.Once
+
+	mu      sync.Mutex
+	workers map[int]*worker
+}
+
+// NewRelay returns a relay reading pool's outbox and publishing with pub.
+func NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: NewRelay: nil pool")
+	}
+	if pub == nil {
+		return nil, errors.New("outbox: NewRelay: nil publisher")
+	}
+	c := RelayConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	schema, err := pgsql.ValidateSchema(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: RelayConfig.Schema: %w", err)
+	}
+	c.Schema = schema
+	if err := c.fill(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{
+		pool:    pool,
+		pub:     pub,
+		cfg:     c,
+		sql:     renderRelaySQL(schema),
+		log:     c.Logger.With("component", "outbox.relay", "node", c.NodeID),
+		m:       m,
+		ch:      NotifyChannel(schema),
+		epoch:   time.Now(),
+		probeCh: make(chan struct{}, 1),
+		workers: map[int]*worker{},
+	}, nil
+}
+
+// fill sets defaults and validates, naming the faulty field.
+func (c *RelayConfig) fill() error {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.NodeID == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		c.NodeID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
+	}
+	def(&c.LeaseTTL, 10*time.Second)
+	def(&c.PollInterval, 500*time.Millisecond)
+	def(&c.BusyPollInterval, time.Millisecond)
+	def(&c.PublishTimeout, 30*time.Second)
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	def(&c.RetryInitial, time.Second)
+	def(&c.RetryMax, 5*time.Minute)
+	def(&c.BrokerBackoffMax, 10*time.Second)
+	def(&c.Retention, 24*time.Hour)
+	def(&c.RetentionInterval, time.Minute)
+	if c.RetentionBatch == 0 {
+		c.RetentionBatch = 1000
+	}
+	def(&c.StatsInterval, 5*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Partitions < 1 || c.Partitions > maxPartitions:
+		return fmt.Errorf("outbox: RelayConfig.Partitions: %d not in 1..%d", c.Partitions, maxPartitions)
+	case c.BatchSize < 1:
+		return fmt.Errorf("outbox: RelayConfig.BatchSize: %d must be positive", c.BatchSize)
+	case c.LeaseTTL < 300*time.Millisecond:
+		return fmt.Errorf("outbox: RelayConfig.LeaseTTL: %v is below 300ms", c.LeaseTTL)
+	case c.PollInterval < 0 || c.BusyPollInterval < 0 || c.BusyPollInterval > c.PollInterval:
+		return fmt.Errorf("outbox: RelayConfig.BusyPollInterval: %v must be within 0..PollInterval (%v)", c.BusyPollInterval, c.PollInterval)
+	case c.PublishTimeout < 0:
+		return fmt.Errorf("outbox: RelayConfig.PublishTimeout: %v is negative", c.PublishTimeout)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("outbox: RelayConfig.MaxAttempts: %d must be positive", c.MaxAttempts)
+	case c.RetryInitial < 0 || c.RetryMax < c.RetryInitial:
+		return fmt.Errorf("outbox: RelayConfig.RetryMax: %v is below RetryInitial %v", c.RetryMax, c.RetryInitial)
+	case c.BrokerBackoffMax < 0:
+		return fmt.Errorf("outbox: RelayConfig.BrokerBackoffMax: %v is negative", c.BrokerBackoffMax)
+	case c.RetentionBatch < 1:
+		return fmt.Errorf("outbox: RelayConfig.RetentionBatch: %d must be positive", c.RetentionBatch)
+	case c.RetentionInterval < 0 || c.StatsInterval < 0:
+		return errors.New("outbox: RelayConfig.RetentionInterval and StatsInterval must not be negative")
+	}
+	return nil
+}
+
+// ErrPartitionMismatch is returned by Run when the database holds partitions
+// beyond RelayConfig.Partitions: writers and relays disagree on the count.
+var ErrPartitionMismatch = errors.New("outbox: partition count mismatch")
+
+// Run publishes until ctx ends, then finishes the batches in flight, releases
+// its leases and returns nil. It returns an error only when it cannot start
+// (PostgreSQL unreachable, a partition mismatch); once running it retries
+// failures of PostgreSQL and of the broker with backoff. Run may be called
+// once.
+func (r *Relay) Run(ctx context.Context) error {
+	first := false
+	r.ran.Do(func() { first = true })
+	if !first {
+		return errors.New("outbox: Relay.Run called twice")
+	}
+	if err := r.setup(ctx); err != nil {
+		return err
+	}
+	r.log.Info("relay started", "partitions", r.cfg.Partitions, "batch", r.cfg.BatchSize, "poll_only", r.cfg.PollOnly)
+	var wg sync.WaitGroup
+	loops := []func(context.Context){r.probeLoop, r.retentionLoop, r.statsLoop}
+	if !r.cfg.PollOnly {
+		loops = append(loops, r.listenLoop)
+	}
+	for _, loop := range loops {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(ctx) }()
+	}
+	r.leaseLoop(ctx) // returns when ctx ends
+	wg.Wait()
+	r.shutdown(context.WithoutCancel(ctx))
+	r.log.Info("relay stopped")
+	return nil
+}
+
+// setup creates the partitions' lease rows and checks the partition count.
+func (r *Relay) setup(ctx context.Context) error {
+	if _, err := r.pool.Exec(ctx, r.sql.ensurePartitions, r.cfg.Partitions); err != nil {
+		return fmt.Errorf("outbox: relay setup: %w", err)
+	}
+	var beyond bool
+	if err := r.pool.QueryRow(ctx, r.sql.partitionsBeyond, r.cfg.Partitions).Scan(&beyond); err != nil {
+		return fmt.Errorf("outbox: relay setup: %w", err)
+	}
+	if beyond {
+		return fmt.Errorf("%w: the outbox has partitions >= RelayConfig.Partitions (%d); use the writers' Config.Partitions", ErrPartitionMismatch, r.cfg.Partitions)
+	}
+	return nil
+}
+
+// shutdown stops every worker after its batch, releases the leases and
+// removes this node.
+func (r *Relay) shutdown(ctx context.Context) {
+	r.mu.Lock()
+	ws := make([]*worker, 0, len(r.workers))
+	for _, w := range r.workers {
+		w.signalStop()
+		ws = append(ws, w)
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		<-w.done
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	parts := make([]int32, 0, len(ws))
+	for _, w := range ws {
+		parts = append(parts, int32(w.part))
+	}
+	if _, err := r.pool.Exec(ctx, r.sql.release, r.cfg.NodeID, parts); err != nil {
+		r.log.Warn("releasing leases failed; they expire on their own", "err", err)
+	}
+	if _, err := r.pool.Exec(ctx, r.sql.removeNode, r.cfg.NodeID); err != nil {
+		r.log.Warn("removing node failed", "err", err)
+	}
+	r.m.setOwned(0)
+}
+
+// since is the relay's monotonic clock.
+func (r *Relay) since() time.Duration { return time.Since(r.epoch) }
+
+// sleep waits d or until ctx ends; it reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

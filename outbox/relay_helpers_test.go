@@ -1,0 +1,225 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// bundle is one test's world: a fresh schema, a NATS server, a stream
+// capturing Subject+".>", and an Outbox writing into the schema.
+type bundle struct {
+	db      *testenv.DB
+	nats    *testenv.NATS
+	stream  jetstream.Stream
+	name    string
+	subject string
+	ob      *outbox.Outbox
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	b := &bundle{db: testenv.NewDB(t), nats: testenv.NewNATS(t), name: testenv.Name(t)}
+	b.subject = b.name + ".ev"
+	var err error
+	b.stream, err = natsjs.EnsureStream(context.Background(), b.nats.JS, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
+	require.NoError(t, err)
+	b.ob = newOutbox(t, b.db, outbox.Config{})
+	return b
+}
+
+// msg returns an event for key, numbered i.
+func (b *bundle) msg(key string, i int) broker.Message {
+	return broker.Message{ID: uuid.New(), Subject: b.subject + ".x", Key: key, Payload: fmt.Appendf(nil, "%s/%d", key, i)}
+}
+
+// publisher connects like the daemon does: no buffering while disconnected.
+func publisher(t *testing.T, url string) (*natsjs.Publisher, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	pub, err := natsjs.NewPublisher(nc, nil)
+	require.NoError(t, err)
+	return pub, nc
+}
+
+// connectJS connects to url for the test's own reads.
+func connectJS(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// srvPort is the port of a nats:// URL.
+func srvPort(t *testing.T, u string) int {
+	t.Helper()
+	pu, err := url.Parse(u)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(pu.Port())
+	require.NoError(t, err)
+	return p
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("ONCEKIT_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// startRelay runs a relay until the test ends (or stop is called).
+func (b *bundle) startRelay(t *testing.T, pub broker.Publisher, cfg outbox.RelayConfig) (stop func(), reg *prometheus.Registry) {
+	t.Helper()
+	reg = prometheus.NewRegistry()
+	cfg.Schema = b.db.Schema
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	cfg.Registerer = reg
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 2 * time.Second
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	r, err := outbox.NewRelay(b.db.Pool, pub, &cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("relay did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop, reg
+}
+
+// streamMsg is one message read back from the stream.
+type streamMsg struct {
+	id, key, payload string
+}
+
+// readStream returns every message of the stream in stream order.
+func readStream(t *testing.T, s jetstream.Stream) []streamMsg {
+	t.Helper()
+	ctx := context.Background()
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	out := make([]streamMsg, 0, info.State.Msgs)
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		out = append(out, streamMsg{id: m.Header.Get(broker.HeaderMsgID), key: m.Header.Get(broker.HeaderKey), payload: string(m.Data)})
+	}
+	return out
+}
+
+func streamCount(t *testing.T, s jetstream.Stream) uint64 {
+	t.Helper()
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+// waitCount waits until the stream holds n messages.
+func waitCount(t *testing.T, s jetstream.Stream, n uint64, within time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool { return streamCount(t, s) >= n }, within, 20*time.Millisecond,
+		"stream should reach %d messages", n)
+}
+
+// requireExactlyOnceInOrder checks that the stream holds exactly the
+// messages in want (each once) and, per key, in want's order.
+func requireExactlyOnceInOrder(t *testing.T, got []streamMsg, want []broker.Message) {
+	t.Helper()
+	require.Len(t, got, len(want), "stream count")
+	seen := map[string]bool{}
+	for _, m := range got {
+		require.False(t, seen[m.id], "message %s twice", m.id)
+		seen[m.id] = true
+	}
+	wantIDs := map[string]bool{}
+	perKey := map[string][]string{}
+	for _, m := range want {
+		wantIDs[m.ID.String()] = true
+		perKey[m.Key] = append(perKey[m.Key], m.ID.String())
+	}
+	for _, m := range got {
+		require.True(t, wantIDs[m.id], "unexpected message %s", m.id)
+	}
+	gotKey := map[string][]string{}
+	for _, m := range got {
+		gotKey[m.key] = append(gotKey[m.key], m.id)
+	}
+	for k, ids := range perKey {
+		if k == "" {
+			continue
+		}
+		require.Equal(t, ids, gotKey[k], "order of key %q", k)
+	}
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metric
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,191 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+func TestRelayPublishesCommittedOnceAndNothingRolledBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var committed []broker.Message
+	for i := range 50 {
+		committed = append(committed, b.msg("k"+string(rune('a'+i%5)), i))
+	}
+	enqueue(t, b.db, b.ob, committed...)
+
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = b.ob.Enqueue(ctx, tx, b.msg("ka", 100), b.msg("rolled-back", 0))
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+
+	pub, _ := publisher(t, b.nats.URL)
+	stop, reg := b.startRelay(t, pub, outbox.RelayConfig{})
+	waitCount(t, b.stream, 50, 20*time.Second)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n))
+		return n == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	stop()
+	require.EqualValues(t, 50, metricValue(t, reg, "oncekit_outbox_published_total"))
+
+	// A second relay finds nothing left to publish.
+	b.startRelay(t, pub, outbox.RelayConfig{})
+	more := b.msg("ka", 200)
+	enqueue(t, b.db, b.ob, more)
+	waitCount(t, b.stream, 51, 20*time.Second)
+	requireExactlyOnceInOrder(t, readStream(t, b.stream), append(committed, more))
+}
+
+func TestRelayDoesNotSkipLateCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pub, _ := publisher(t, b.nats.URL)
+	b.startRelay(t, pub, outbox.RelayConfig{PollInterval: 20 * time.Millisecond})
+
+	// Two concurrent writers: the first starts (and takes its txid and
+	// sequence numbers) first but commits last.
+	early, late := b.msg("k", 1), b.msg("k", 2)
+	other := b.msg("other", 1)
+	tx1, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx1.Rollback(ctx) }()
+	_, err = b.ob.Enqueue(ctx, tx1, early)
+	require.NoError(t, err)
+	enqueue(t, b.db, b.ob, late, other) // commits while tx1 is open
+
+	// While tx1 is open nothing of a later transaction may overtake it.
+	require.Never(t, func() bool { return streamCount(t, b.stream) > 0 }, 500*time.Millisecond, 20*time.Millisecond)
+	require.NoError(t, tx1.Commit(ctx))
+	waitCount(t, b.stream, 3, 20*time.Second)
+	got := readStream(t, b.stream)
+	requireExactlyOnceInOrder(t, got, []broker.Message{early, late, other})
+}
+
+func TestRelayFailingMessageBlocksOnlyItsKeyThenParks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// bad has a subject no stream captures: JetStream rejects it.
+	bad := b.msg("k1", 1)
+	bad.Subject = b.name + ".nostream"
+	k1next := b.msg("k1", 2)
+	others := []broker.Message{b.msg("k2", 1), b.msg("k2", 2), b.msg("", 0)}
+	enqueue(t, b.db, b.ob, bad, k1next)
+	enqueue(t, b.db, b.ob, others...)
+
+	pub, _ := publisher(t, b.nats.URL)
+	_, reg := b.startRelay(t, pub, outbox.RelayConfig{
+		MaxAttempts: 3, RetryInitial: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		PublishTimeout: 2 * time.Second, PollInterval: 20 * time.Millisecond, StatsInterval: 20 * time.Millisecond,
+	})
+	waitCount(t, b.stream, 3, 20*time.Second)
+
+	var attempts int
+	var parked bool
+	var lastErr string
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT attempts, parked_at IS NOT NULL, coalesce(last_error, '') FROM outbox WHERE id = $1`, bad.ID).
+			Scan(&attempts, &parked, &lastErr))
+		return parked
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, 3, attempts)
+	require.NotEmpty(t, lastErr)
+	require.Eventually(t, func() bool { return metricValue(t, reg, "oncekit_outbox_parked") == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.GreaterOrEqual(t, metricValue(t, reg, "oncekit_outbox_publish_failures_total", "kind", "message"), 3.0)
+
+	// The rest of k1 waited; the other keys went through.
+	got := readStream(t, b.stream)
+	requireExactlyOnceInOrder(t, got, others)
+	parkedRows, err := b.ob.List(ctx, b.db.Pool, outbox.ListOptions{State: outbox.StateParked})
+	require.NoError(t, err)
+	require.Len(t, parkedRows, 1)
+	require.Equal(t, bad.ID, parkedRows[0].ID)
+
+	// Fix the cause, unpark: k1's messages arrive, in order.
+	_, err = natsjs.EnsureStream(ctx, b.nats.JS, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>", bad.Subject}})
+	require.NoError(t, err)
+	n, err := b.ob.Unpark(ctx, b.db.Pool, bad.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	waitCount(t, b.stream, 5, 20*time.Second)
+	got = readStream(t, b.stream)
+	requireExactlyOnceInOrder(t, got, append(others, bad, k1next))
+}
+
+func TestRelayBrokerOutageBacksOffAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := &bundle{db: testenv.NewDB(t), name: testenv.Name(t)}
+	b.subject = b.name + ".ev"
+	b.ob = newOutbox(t, b.db, outbox.Config{})
+	dir := t.TempDir()
+	srv := testenv.StartServer(t, dir, -1)
+	url := srv.ClientURL()
+	nc := connectJS(t, url)
+	var err error
+	b.stream, err = natsjs.EnsureStream(context.Background(), nc, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
+	require.NoError(t, err)
+
+	pub, _ := publisher(t, url)
+	_, reg := b.startRelay(t, pub, outbox.RelayConfig{PublishTimeout: 500 * time.Millisecond, BrokerBackoffMax: 300 * time.Millisecond, MaxAttempts: 2})
+	var want []broker.Message
+	for i := range 20 {
+		want = append(want, b.msg("k", i))
+	}
+	enqueue(t, b.db, b.ob, want[:10]...)
+	waitCount(t, b.stream, 10, 20*time.Second)
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	enqueue(t, b.db, b.ob, want[10:]...)
+	// The broker stays away for several seconds; the relay keeps backing off.
+	down := time.Now()
+	require.Eventually(t, func() bool {
+		return time.Since(down) > 3*time.Second && metricValue(t, reg, "oncekit_outbox_publish_failures_total", "kind", "broker") >= 3
+	}, 30*time.Second, 50*time.Millisecond)
+
+	srv = testenv.StartServer(t, dir, srvPort(t, url))
+	nc = connectJS(t, srv.ClientURL())
+	b.stream, err = nc.Stream(context.Background(), b.name)
+	require.NoError(t, err)
+	waitCount(t, b.stream, 20, 30*time.Second)
+	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)
+	var parked int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`).Scan(&parked))
+	require.Zero(t, parked, "an outage parks nothing")
+}
+
+func TestRetentionDeletesPublishedRowsInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var msgs []broker.Message
+	for i := range 25 {
+		msgs = append(msgs, b.msg("", i))
+	}
+	enqueue(t, b.db, b.ob, msgs...)
+	enqueue(t, b.db, b.ob, b.msg("", 99)) // stays unpublished
+	_, err := b.db.Pool.Exec(ctx, `UPDATE outbox SET published_at = now() - interval '2 hours' WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT 25)`)
+	require.NoError(t, err)
+	pub, _ := publisher(t, testenvNATSURL(b))
+	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
+	require.NoError(t, err)
+	n, err := r.DeletePublished(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, n)
+	require.Equal(t, 1, countRows(t, b.db))
+}
+
+func testenvNATSURL(b *bundle) string { return b.nats.URL }

@@ -1,0 +1,140 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Wake-up. The prober looks, in one cheap query, for partitions with rows
+// that became readable since its previous look (txid between the previous and
+// the current snapshot xmin) and pokes their workers. It looks again after
+// BusyPollInterval while it finds work, doubling the wait on each empty look
+// up to PollInterval. A notification (from writers with Config.Notify, or
+// from Unpark) makes it look at once; every PollInterval it pokes all workers
+// regardless, which also picks up retries that came due.
+
+// notifyAll is the payload that pokes every worker (sent by Unpark).
+const notifyAll = "all"
+
+func (r *Relay) probeNow() {
+	select {
+	case r.probeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Relay) pokeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.workers {
+		w.poke()
+	}
+}
+
+func (r *Relay) probeLoop(ctx context.Context) {
+	prev := "0"
+	wait := r.cfg.BusyPollInterval
+	lastAll := r.since()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-r.probeCh:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		if r.since()-lastAll >= r.cfg.PollInterval {
+			lastAll = r.since()
+			r.pokeAll()
+		}
+		found, xmin, err := r.probe(ctx, prev)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("probe failed", "err", err)
+			wait = r.cfg.PollInterval
+		case found:
+			prev = xmin
+			wait = r.cfg.BusyPollInterval
+		default:
+			prev = xmin
+			wait = min(max(2*wait, r.cfg.BusyPollInterval), r.cfg.PollInterval)
+		}
+		timer.Reset(wait)
+	}
+}
+
+// probe pokes the workers of partitions with newly readable rows.
+func (r *Relay) probe(ctx context.Context, prev string) (bool, string, error) {
+	held := r.heldPartitions()
+	if len(held) == 0 {
+		return false, prev, nil
+	}
+	var xmin string
+	var parts []int32
+	if err := r.pool.QueryRow(ctx, r.sql.probe, held, prev).Scan(&xmin, &parts); err != nil {
+		return false, prev, err
+	}
+	if len(parts) == 0 {
+		return false, xmin, nil
+	}
+	r.mu.Lock()
+	for _, p := range parts {
+		if w := r.workers[int(p)]; w != nil {
+			w.poke()
+		}
+	}
+	r.mu.Unlock()
+	return true, xmin, nil
+}
+
+// listenLoop holds a connection LISTENing on the outbox channel, reconnecting
+// with backoff when it breaks.
+func (r *Relay) listenLoop(ctx context.Context) {
+	wait := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := r.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("LISTEN connection lost; polling meanwhile", "err", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			return
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+func (r *Relay) listen(ctx context.Context) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection carries LISTEN state: never hand it back to the pool.
+	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.ch}.Sanitize()); err != nil {
+		return err
+	}
+	r.probeNow() // catch up on anything written while not listening
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Payload == notifyAll {
+			r.pokeAll()
+		}
+		r.probeNow()
+	}
+}

@@ -1,0 +1,327 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/crashpoint"
+)
+
+// worker publishes one partition while its relay holds the lease.
+type worker struct {
+	part       int
+	token      int64
+	validUntil atomic.Int64 // relay clock; no publishing after it
+	lost       atomic.Bool
+	wake       chan struct{}
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
+}
+
+func newWorker(part int, token int64) *worker {
+	return &worker{part: part, token: token, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) signalStop() { w.stopOnce.Do(func() { close(w.stop) }) }
+
+func (w *worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Errors that end a batch early.
+var (
+	errLeaseLost  = errors.New("outbox: partition lease lost")
+	errBrokerDown = errors.New("outbox: broker unreachable")
+)
+
+// connectedPublisher is implemented by publishers that know whether their
+// broker is reachable (natsjs.Publisher does). When every message of a round
+// fails while the broker is unreachable, the failures are the broker's, not
+// the messages': no attempt is counted.
+type connectedPublisher interface{ Connected() bool }
+
+// runWorker drains the partition whenever poked, until stopped. ctx carries
+// no cancellation: a batch in flight always finishes.
+func (r *Relay) runWorker(ctx context.Context, w *worker) {
+	defer func() {
+		close(w.done)
+		r.workerDone(w)
+	}()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = r.cfg.BrokerBackoffMax
+	bo.MaxElapsedTime = 0
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.wake:
+		}
+		for !w.stopping() {
+			full, err := r.processBatch(ctx, w)
+			if err == nil {
+				bo.Reset()
+				if !full {
+					break
+				}
+				continue
+			}
+			if errors.Is(err, errLeaseLost) {
+				w.lost.Store(true)
+				w.signalStop()
+				return
+			}
+			wait := bo.NextBackOff()
+			if errors.Is(err, errBrokerDown) {
+				r.m.failures.WithLabelValues("broker").Inc()
+				r.log.Warn("broker unreachable; backing off", "partition", w.part, "wait", wait, "err", err)
+			} else {
+				r.log.Warn("batch failed; backing off", "partition", w.part, "wait", wait, "err", err)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-w.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
+
+type outboxRow struct {
+	seq      int64
+	attempts int
+	msg     broker.Message
+	created time.Time
+}
+
+// processBatch reads, publishes and marks one batch of w's partition. full
+// reports a batch of BatchSize rows (more may be waiting).
+func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err error) {
+	if !r.leaseValid(w) {
+		return false, nil // the lease loop renews it or gives it up
+	}
+	rows, err := r.fetch(ctx, w)
+	if err != nil || len(rows) == 0 {
+		return false, err
+	}
+	full = len(rows) == r.cfg.BatchSize
+	r.m.batch.Observe(float64(len(rows)))
+
+	var acked []int64
+	var failed []failure
+	var lagged []time.Time
+	blocked := map[string]bool{}
+	lost := false
+	for _, wave := range waves(rows) {
+		batch := make([]outboxRow, 0, len(wave))
+		for _, row := range wave {
+			if row.msg.Key == "" || !blocked[row.msg.Key] {
+				batch = append(batch, row)
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if !r.leaseValid(w) {
+			lost = true // publish nothing more; mark what was acked
+			break
+		}
+		msgs := make([]broker.Message, len(batch))
+		for i, row := range batch {
+			msgs[i] = row.msg
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		results := r.pub.Publish(pctx, msgs)
+		cancel()
+		okInRound := 0
+		for i, res := range results {
+			if res.Err == nil {
+				acked = append(acked, batch[i].seq)
+				lagged = append(lagged, batch[i].created)
+				okInRound++
+				continue
+			}
+			failed = append(failed, failure{seq: batch[i].seq, attempts: batch[i].attempts, err: res.Err})
+			if k := batch[i].msg.Key; k != "" {
+				blocked[k] = true // the rest of this key waits for the retry
+			}
+		}
+		if okInRound == 0 && len(acked) == 0 && r.brokerDown() {
+			return false, fmt.Errorf("%w: %v", errBrokerDown, results[0].Err)
+		}
+	}
+	crashpoint.Hit("relay.after-publish")
+
+	if err := r.mark(ctx, w, acked, failed); err != nil {
+		return false, err
+	}
+	now := time.Now()
+	for _, c := range lagged {
+		r.m.lag.Observe(now.Sub(c).Seconds())
+	}
+	r.m.published.Add(float64(len(acked)))
+	if lost {
+		return false, errLeaseLost
+	}
+	return full && len(failed) == 0, nil
+}
+
+func (r *Relay) leaseValid(w *worker) bool {
+	return int64(r.since()) < w.validUntil.Load()
+}
+
+func (r *Relay) brokerDown() bool {
+	cp, ok := r.pub.(connectedPublisher)
+	return ok && !cp.Connected()
+}
+
+func (r *Relay) fetch(ctx context.Context, w *worker) ([]outboxRow, error) {
+	rows, err := r.pool.Query(ctx, r.sql.fetch, w.part, r.cfg.NodeID, w.token, r.cfg.BatchSize)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: fetch: %w", err)
+	}
+	defer rows.Close()
+	out := make([]outboxRow, 0, 64)
+	for rows.Next() {
+		var row outboxRow
+		var id uuid.UUID
+		var headers []byte
+		if err := rows.Scan(&row.seq, &id, &row.msg.Key, &row.msg.Subject, &row.msg.Payload, &headers, &row.created, &row.attempts); err != nil {
+			return nil, fmt.Errorf("outbox: fetch: %w", err)
+		}
+		row.msg.ID = id
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &row.msg.Headers); err != nil {
+				return nil, fmt.Errorf("outbox: row %d: headers: %w", row.seq, err)
+			}
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: fetch: %w", err)
+	}
+	return out, nil
+}
+
+// waves splits rows (in commit order) into publish rounds holding at most one
+// row per ordering key, so that a key's next message is sent only after the
+// previous one was acknowledged. Rows without a key all go in the first round.
+func waves(rows []outboxRow) [][]outboxRow {
+	var out [][]outboxRow
+	depth := map[string]int{}
+	for _, row := range rows {
+		i := 0
+		if row.msg.Key != "" {
+			i = depth[row.msg.Key]
+			depth[row.msg.Key] = i + 1
+		}
+		if i == len(out) {
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], row)
+	}
+	return out
+}
+
+type failure struct {
+	seq      int64
+	attempts int
+	err      error
+}
+
+// mark records the batch's outcome in one round trip, fenced by the lease
+// token: acked rows are published, failed ones wait or are parked.
+func (r *Relay) mark(ctx context.Context, w *worker, acked []int64, failed []failure) error {
+	if len(acked) == 0 && len(failed) == 0 {
+		return nil
+	}
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tx, err := r.pool.Begin(mctx)
+	if err != nil {
+		return fmt.Errorf("outbox: mark: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(mctx)) }()
+	if len(acked) > 0 {
+		tag, err := tx.Exec(mctx, r.sql.markPublished, w.part, r.cfg.NodeID, w.token, acked)
+		if err != nil {
+			return fmt.Errorf("outbox: mark published: %w", err)
+		}
+		if tag.RowsAffected() < int64(len(acked)) {
+			r.log.Warn("lease lost before marking; the new owner republishes (deduplicated)", "partition", w.part,
+				"acked", len(acked), "marked", tag.RowsAffected())
+			return errLeaseLost
+		}
+	}
+	if len(failed) > 0 {
+		seqs := make([]int64, len(failed))
+		errs := make([]string, len(failed))
+		delays := make([]float64, len(failed))
+		for i, f := range failed {
+			seqs[i], errs[i] = f.seq, f.err.Error()
+			delays[i] = r.retryDelay(f.attempts).Seconds()
+		}
+		rows, err := tx.Query(mctx, r.sql.markFailed, w.part, r.cfg.NodeID, w.token, seqs, errs, delays, r.cfg.MaxAttempts)
+		if err != nil {
+			return fmt.Errorf("outbox: mark failed: %w", err)
+		}
+		parked := 0
+		for rows.Next() {
+			var p bool
+			if err := rows.Scan(&p); err != nil {
+				rows.Close()
+				return fmt.Errorf("outbox: mark failed: %w", err)
+			}
+			if p {
+				parked++
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("outbox: mark failed: %w", err)
+		}
+		r.m.failures.WithLabelValues("message").Add(float64(len(failed)))
+		r.log.Warn("publish failed; key blocked until retry", "partition", w.part, "failed", len(failed),
+			"parked", parked, "err", failed[0].err)
+	}
+	if err := tx.Commit(mctx); err != nil {
+		return fmt.Errorf("outbox: mark: %w", err)
+	}
+	return nil
+}
+
+// retryDelay is the wait before attempt n+1 of a failed message: exponential
+// from RetryInitial, capped at RetryMax, with ±20% jitter.
+func (r *Relay) retryDelay(n int) time.Duration {
+	d := float64(r.cfg.RetryInitial) * math.Pow(2, float64(n))
+	if d > float64(r.cfg.RetryMax) {
+		d = float64(r.cfg.RetryMax)
+	}
+	return time.Duration(d * (0.8 + 0.4*rand.Float64()))
+}
