@@ -1,0 +1,217 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// relayProc is a real `oncekit relay` process.
+type relayProc struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{}
+	err    error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startRelayProc starts `oncekit relay` on b's schema; extraEnv is added to
+// the environment. It is killed when the test ends, and its log printed if
+// the test failed.
+func startRelayProc(t *testing.T, b *bundle, natsURL string, extraEnv []string, args ...string) *relayProc {
+	t.Helper()
+	bin := testenv.OncekitBinary(t)
+	base := []string{"relay", "--database-url", b.db.URL, "--schema", b.db.Schema, "--nats-url", natsURL,
+		"--lease-ttl", "2s", "--poll-interval", "100ms", "--publish-timeout", "2s", "--log-level", "debug"}
+	cmd := exec.Command(bin, append(base, args...)...)
+	cmd.Env = append(os.Environ(), extraEnv...)
+	p := &relayProc{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	require.NoError(t, cmd.Start())
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("relay %d output:\n%s", cmd.Process.Pid, p.out.String())
+		}
+	})
+	return p
+}
+
+func (p *relayProc) wait(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(within):
+		t.Fatalf("relay did not exit within %v:\n%s", within, p.out.String())
+	}
+}
+
+func TestThreeRelayProcessesKeepEachKeyInOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 relay processes, 20,000 events")
+	}
+	t.Parallel()
+	b := setup(t)
+	const keys, perKey, writers = 1000, 20, 4
+	want := make([]broker.Message, 0, keys*perKey)
+	byKey := make([][]broker.Message, keys)
+	for k := range keys {
+		for i := range perKey {
+			m := b.msg(fmt.Sprintf("key-%04d", k), i)
+			byKey[k] = append(byKey[k], m)
+			want = append(want, m)
+		}
+	}
+	procs := []*relayProc{startRelayProc(t, b, b.nats.URL, nil)}
+
+	// Writers run concurrently with the relays; the other two relays join
+	// midway, so partitions move between processes under load.
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perKey {
+				var batch []broker.Message
+				for k := w; k < keys; k += writers {
+					batch = append(batch, byKey[k][i])
+				}
+				enqueue(t, b.db, b.ob, batch...)
+			}
+		}()
+	}
+	waitCount(t, b.stream, 2000, 60*time.Second)
+	procs = append(procs, startRelayProc(t, b, b.nats.URL, nil), startRelayProc(t, b, b.nats.URL, nil))
+	wg.Wait()
+	waitCount(t, b.stream, keys*perKey, 120*time.Second)
+
+	// Every relay ended up with a share of the partitions.
+	require.Eventually(t, func() bool {
+		var owners int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+			`SELECT count(DISTINCT owner) FROM relay_partitions WHERE expires_at > now()`).Scan(&owners))
+		return owners == 3
+	}, 30*time.Second, 50*time.Millisecond)
+	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)
+
+	// SIGTERM: each finishes its batch, gives its leases back and exits 0.
+	for _, p := range procs {
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	}
+	for _, p := range procs {
+		p.wait(t, 30*time.Second)
+		require.NoError(t, p.err, p.out.String())
+	}
+	var held int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM relay_partitions WHERE owner IS NOT NULL`).Scan(&held))
+	require.Zero(t, held)
+}
+
+func TestRelayProcessKilledAfterPublishBeforeMark(t *testing.T) {
+	t.Parallel()
+	b := &bundle{db: testenv.NewDB(t), name: testenv.Name(t)}
+	b.subject = b.name + ".ev"
+	b.ob = newOutbox(t, b.db, outbox.Config{})
+	dir := t.TempDir()
+	srv := testenv.StartServer(t, dir, -1)
+	url := srv.ClientURL()
+	js := connectJS(t, url)
+	var err error
+	b.stream, err = natsjs.EnsureStream(context.Background(), js, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
+	require.NoError(t, err)
+
+	var want []broker.Message
+	for i := range 300 {
+		want = append(want, b.msg(fmt.Sprintf("k%d", i%7), i))
+	}
+	enqueue(t, b.db, b.ob, want...)
+
+	// The relay publishes its first batch, then dies before marking it.
+	p := startRelayProc(t, b, url, []string{crashpoint.EnvVar + "=relay.after-publish"}, "--partitions", "16")
+	p.wait(t, 60*time.Second)
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed at the crash point: %v\n%s", p.err, p.out.String())
+	published := streamCount(t, b.stream)
+	require.NotZero(t, published, "the batch reached the broker")
+	var marked int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&marked))
+	require.Zero(t, marked, "nothing was marked")
+
+	// The broker restarts too (same store, same port); its dedup state
+	// survives, so the re-published batch is absorbed.
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	srv = testenv.StartServer(t, dir, srvPort(t, url))
+	js = connectJS(t, srv.ClientURL())
+	b.stream, err = js.Stream(context.Background(), b.name)
+	require.NoError(t, err)
+	require.Equal(t, published, streamCount(t, b.stream))
+
+	startRelayProc(t, b, url, nil)
+	waitCount(t, b.stream, uint64(len(want)), 60*time.Second)
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&marked))
+		return marked == len(want)
+	}, 30*time.Second, 20*time.Millisecond)
+	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)
+}
+
+func TestRelayProcessFailsFastOnUnreachableDependencies(t *testing.T) {
+	t.Parallel()
+	b := &bundle{db: testenv.NewDB(t)}
+	bin := testenv.OncekitBinary(t)
+	run := func(args ...string) (int, string) {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return code, string(out)
+	}
+	code, out := run("relay", "--database-url", b.db.URL, "--schema", b.db.Schema, "--nats-url", "nats://127.0.0.1:1")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "NATS at nats://127.0.0.1:1 is unreachable")
+	code, out = run("relay", "--database-url", "postgres://postgres@127.0.0.1:1/postgres", "--nats-url", "nats://127.0.0.1:1")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "PostgreSQL at 127.0.0.1:1 is unreachable")
+	code, out = run("relay", "--database-url", b.db.URL, "--schema", "no_such_schema_here")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "oncekit migrate up")
+	code, _ = run("relay", "--database-url", b.db.URL, "--batch", "-1", "--schema", b.db.Schema)
+	require.NotZero(t, code)
+}
