@@ -63,39 +63,72 @@ func NATSMsg(m broker.Message) *nats.Msg {
 }
 
 // Publish implements broker.Publisher: every message is sent asynchronously,
-// then each ack is awaited; results come back in input order.
+// then each ack is awaited; results come back in input order. When the
+// async window (MaxPending) is full, it first awaits its own oldest acks.
 func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) []broker.Result {
 	results := make([]broker.Result, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	awaited := 0 // futures[:awaited] have their result
 	for i, m := range msgs {
 		results[i].ID = m.ID
-		f, err := p.js.PublishMsgAsync(NATSMsg(m), jetstream.WithMsgID(m.ID.String()))
-		if err != nil {
-			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.ID, err)
-			continue
-		}
-		futures[i] = f
-	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case ack := <-f.Ok():
-			results[i].Sequence = ack.Sequence
-			results[i].Duplicate = ack.Duplicate
-		case err := <-f.Err():
-			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", msgs[i].ID, err)
-		case <-ctx.Done():
-			for j := i; j < len(futures); j++ {
-				if futures[j] != nil && results[j].Err == nil && results[j].Sequence == 0 {
-					results[j].Err = ctx.Err()
-				}
+		for {
+			f, err := p.js.PublishMsgAsync(NATSMsg(m), jetstream.WithMsgID(m.ID.String()))
+			if err == nil {
+				futures[i] = f
+				break
 			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
+				results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.ID, err)
+				break
+			}
+			// The window is full: make room by awaiting our oldest ack, or
+			// anyone's when none of ours is pending.
+			for awaited < i && futures[awaited] == nil {
+				awaited++
+			}
+			if awaited < i {
+				if !p.await(ctx, futures, results, msgs, awaited) {
+					return results
+				}
+				awaited++
+				continue
+			}
+			select {
+			case <-p.js.PublishAsyncComplete():
+			case <-ctx.Done():
+			}
+		}
+	}
+	for i := awaited; i < len(futures); i++ {
+		if futures[i] == nil {
+			continue
+		}
+		if !p.await(ctx, futures, results, msgs, i) {
 			return results
 		}
 	}
 	return results
+}
+
+// await fills results[i] from futures[i]. When ctx ends first it sets the
+// context error on every result still open and reports false.
+func (p *Publisher) await(ctx context.Context, futures []jetstream.PubAckFuture, results []broker.Result, msgs []broker.Message, i int) bool {
+	select {
+	case ack := <-futures[i].Ok():
+		results[i].Sequence = ack.Sequence
+		results[i].Duplicate = ack.Duplicate
+		return true
+	case err := <-futures[i].Err():
+		results[i].Err = fmt.Errorf("natsjs: publish %s: %w", msgs[i].ID, err)
+		return true
+	case <-ctx.Done():
+		for j := i; j < len(futures); j++ {
+			if results[j].Err == nil && results[j].Sequence == 0 {
+				results[j].Err = ctx.Err()
+			}
+		}
+		return false
+	}
 }
 
 // Connected reports whether the connection to NATS is up. A relay uses it to

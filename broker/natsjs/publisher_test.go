@@ -75,3 +75,25 @@ func TestEnsureStreamValidates(t *testing.T) {
 	_, err = natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Name: "x"})
 	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
 }
+
+func TestPublishBatchLargerThanWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := testenv.NewNATS(t)
+	name := testenv.Name(t)
+	stream, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
+	require.NoError(t, err)
+	pub, err := natsjs.NewPublisher(n.Conn, &natsjs.PublisherConfig{MaxPending: 16})
+	require.NoError(t, err)
+	msgs := make([]broker.Message, 2000)
+	for i := range msgs {
+		msgs[i] = broker.Message{ID: uuid.New(), Subject: name + ".e"}
+	}
+	for _, r := range pub.Publish(ctx, msgs) {
+		require.NoError(t, r.Err)
+	}
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2000, info.State.Msgs)
+	require.True(t, pub.Connected())
+}
