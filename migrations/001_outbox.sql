@@ -1,9 +1,10 @@
--- The outbox: events written in the producer's own transaction, published by
+-- The outbox: events written in the producer's own transaction, waiting for
 -- the relay. txid orders rows by writing transaction so that a late commit is
 -- never overtaken: the relay only reads rows whose txid is below the xmin of
 -- its snapshot (every transaction that could still add an earlier row has
--- ended), in (txid, seq) order, and marks rows published instead of keeping a
--- cursor.
+-- ended), in (txid, seq) order. A published row is moved to outbox_published
+-- (a delete here is far cheaper than rewriting the row), so this table holds
+-- only pending and parked rows and nothing is ever skipped by a cursor.
 CREATE TABLE {schema}.outbox (
 	seq             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	id              uuid        NOT NULL,
@@ -18,16 +19,30 @@ CREATE TABLE {schema}.outbox (
 	next_attempt_at timestamptz,
 	last_error      text,
 	parked_at       timestamptz,
-	published_at    timestamptz,
 	CONSTRAINT outbox_id_key UNIQUE (id)
 );
 
--- What the relay reads: unpublished rows of one partition in commit order.
-CREATE INDEX outbox_pending ON {schema}.outbox (partition, txid, seq) WHERE published_at IS NULL;
+-- What the relay reads: rows of one partition in commit order.
+CREATE INDEX outbox_pending ON {schema}.outbox (partition, txid, seq);
 
 -- Rows that block their key: waiting for a retry or parked. Small by nature.
 CREATE INDEX outbox_blocked ON {schema}.outbox (partition, ordering_key, txid, seq)
-	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL);
+	WHERE parked_at IS NOT NULL OR next_attempt_at IS NOT NULL;
+
+-- Published messages, kept (without payload) for Retention: Enqueue treats
+-- their IDs as duplicates, and operators can see what went out when.
+CREATE TABLE {schema}.outbox_published (
+	id           uuid PRIMARY KEY,
+	seq          bigint      NOT NULL,
+	partition    integer     NOT NULL,
+	ordering_key text        NOT NULL,
+	subject      text        NOT NULL,
+	created_at   timestamptz NOT NULL,
+	attempts     integer     NOT NULL,
+	published_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX outbox_published_at ON {schema}.outbox_published (published_at);
 
 -- Partition leases: each partition is owned by at most one relay at a time.
 -- token is the fencing token, bumped on every change of owner; the relay's

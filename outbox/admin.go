@@ -40,7 +40,7 @@ type Entry struct {
 	Partition     int
 	Key           string
 	Subject       string
-	PayloadSize   int
+	PayloadSize   *int // nil once published (the payload is not kept)
 	Headers       map[string]string
 	CreatedAt     time.Time
 	Attempts      int
@@ -62,17 +62,26 @@ func (e Entry) State() State {
 	}
 }
 
-const listSQL = `SELECT seq, id, partition, ordering_key, subject, length(payload), headers, created_at,
-	attempts, next_attempt_at, coalesce(last_error, ''), parked_at, published_at
+const listSQL = `SELECT * FROM (
+	SELECT seq, id, partition, ordering_key, subject, length(payload) AS size, headers, created_at,
+		attempts, next_attempt_at, coalesce(last_error, '') AS last_error, parked_at, NULL::timestamptz AS published_at
 	FROM {schema}.outbox
 	WHERE CASE $1::text
-		WHEN 'pending' THEN published_at IS NULL AND parked_at IS NULL
-		WHEN 'parked' THEN published_at IS NULL AND parked_at IS NOT NULL
-		WHEN 'published' THEN published_at IS NOT NULL
+		WHEN 'pending' THEN parked_at IS NULL
+		WHEN 'parked' THEN parked_at IS NOT NULL
+		WHEN 'published' THEN false
 		ELSE true END
-	ORDER BY txid, seq LIMIT $2`
+	ORDER BY txid, seq LIMIT $2) o
+	UNION ALL
+	SELECT * FROM (
+	SELECT seq, id, partition, ordering_key, subject, NULL::int, NULL::jsonb, created_at,
+		attempts, NULL::timestamptz, '', NULL::timestamptz, published_at
+	FROM {schema}.outbox_published
+	WHERE $1::text IN ('', 'published')
+	ORDER BY published_at DESC, seq DESC LIMIT $2) p`
 
-// List returns outbox rows in publishing order (oldest first).
+// List returns outbox messages: pending and parked ones in publishing order
+// (oldest first), then published ones (newest first), at most Limit of each.
 func (o *Outbox) List(ctx context.Context, q pgsql.Querier, opts ListOptions) ([]Entry, error) {
 	switch opts.State {
 	case "", StatePending, StateParked, StatePublished:
@@ -99,7 +108,7 @@ func (o *Outbox) List(ctx context.Context, q pgsql.Querier, opts ListOptions) ([
 }
 
 const unparkSQL = `UPDATE {schema}.outbox SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-	WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1::boolean OR id = ANY($2::uuid[]))`
+	WHERE parked_at IS NOT NULL AND ($1::boolean OR id = ANY($2::uuid[]))`
 
 // Unpark releases the parked messages ids so that the relay tries them again
 // with a fresh attempt count, and wakes listening relays. It returns how many

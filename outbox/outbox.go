@@ -61,8 +61,9 @@ type Outbox struct {
 type EnqueueResult struct {
 	// Inserted is the number of messages written.
 	Inserted int
-	// Duplicates lists the IDs that were already in the outbox (or repeated
-	// within the call): for them Enqueue was a no-op.
+	// Duplicates lists the IDs that were already in the outbox, pending or
+	// published within the relay's Retention (or repeated within the call):
+	// for them Enqueue was a no-op.
 	Duplicates []uuid.UUID
 }
 
@@ -106,6 +107,7 @@ INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, head
 SELECT m.id, m.partition, m.key, m.subject, m.payload, m.headers::jsonb
 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bytea[], $6::text[])
 	WITH ORDINALITY AS m(id, partition, key, subject, payload, headers, ord)
+WHERE NOT EXISTS (SELECT 1 FROM {schema}.outbox_published p WHERE p.id = m.id)
 ORDER BY m.ord
 ON CONFLICT (id) DO NOTHING
 RETURNING id`

@@ -167,7 +167,7 @@ func TestRelayProcessKilledAfterPublishBeforeMark(t *testing.T) {
 	published := streamCount(t, b.stream)
 	require.NotZero(t, published, "the batch reached the broker")
 	var marked int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&marked))
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_published`).Scan(&marked))
 	require.Zero(t, marked, "nothing was marked")
 
 	// The broker restarts too (same store, same port); its dedup state
@@ -183,7 +183,7 @@ func TestRelayProcessKilledAfterPublishBeforeMark(t *testing.T) {
 	startRelayProc(t, b, url, nil)
 	waitCount(t, b.stream, uint64(len(want)), 60*time.Second)
 	require.Eventually(t, func() bool {
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&marked))
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_published`).Scan(&marked))
 		return marked == len(want)
 	}, 30*time.Second, 20*time.Millisecond)
 	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -34,11 +35,19 @@ func TestRelayPublishesCommittedOnceAndNothingRolledBack(t *testing.T) {
 	waitCount(t, b.stream, 50, 20*time.Second)
 	require.Eventually(t, func() bool {
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n))
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n))
 		return n == 0
 	}, 10*time.Second, 20*time.Millisecond)
 	stop()
 	require.EqualValues(t, 50, metricValue(t, reg, "oncekit_outbox_published_total"))
+
+	// Replaying an operation after its events went out is still a no-op.
+	res := enqueue(t, b.db, b.ob, committed[0])
+	require.Equal(t, []uuid.UUID{committed[0].ID}, res.Duplicates)
+	published, err := b.ob.List(ctx, b.db.Pool, outbox.ListOptions{State: outbox.StatePublished, Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, published, 50)
+	require.Equal(t, outbox.StatePublished, published[0].State())
 
 	// A second relay finds nothing left to publish.
 	b.startRelay(t, pub, outbox.RelayConfig{})
@@ -171,20 +180,20 @@ func TestRetentionDeletesPublishedRowsInBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	var msgs []broker.Message
-	for i := range 25 {
-		msgs = append(msgs, b.msg("", i))
-	}
-	enqueue(t, b.db, b.ob, msgs...)
-	enqueue(t, b.db, b.ob, b.msg("", 99)) // stays unpublished
-	_, err := b.db.Pool.Exec(ctx, `UPDATE outbox SET published_at = now() - interval '2 hours' WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT 25)`)
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_published (id, seq, partition, ordering_key, subject, created_at, attempts, published_at)
+		SELECT gen_random_uuid(), g, 0, '', 's', now(), 1, now() - CASE WHEN g <= 25 THEN interval '2 hours' ELSE interval '1 minute' END
+		FROM generate_series(1, 30) g`)
 	require.NoError(t, err)
+	enqueue(t, b.db, b.ob, b.msg("", 99)) // pending: never touched
 	pub, _ := publisher(t, testenvNATSURL(b))
 	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
 	require.NoError(t, err)
 	n, err := r.DeletePublished(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
+	var left int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_published`).Scan(&left))
+	require.Equal(t, 5, left)
 	require.Equal(t, 1, countRows(t, b.db))
 }
 

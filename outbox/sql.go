@@ -6,7 +6,7 @@ import "github.com/oncekit/oncekit/internal/pgsql"
 type relaySQL struct {
 	ensurePartitions, partitionsBeyond                   string
 	heartbeat, acquire, renew, release, removeNode       string
-	probe, fetch, markPublished, markFailed, deleteBatch string
+	probe, fetch, markPublished, deletePublished, markFailed, deleteBatch string
 	oldest, parked                                       string
 }
 
@@ -18,7 +18,7 @@ func renderRelaySQL(schema string) relaySQL {
 	q := relaySQL{
 		ensurePartitions: `INSERT INTO {schema}.relay_partitions (partition)
 			SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
-		partitionsBeyond: `SELECT EXISTS (SELECT 1 FROM {schema}.outbox WHERE partition >= $1 AND published_at IS NULL)`,
+		partitionsBeyond: `SELECT EXISTS (SELECT 1 FROM {schema}.outbox WHERE partition >= $1)`,
 
 		// Heartbeat, forget dead nodes, count the live ones (dead: no
 		// heartbeat for $2 seconds).
@@ -49,7 +49,7 @@ func renderRelaySQL(schema string) relaySQL {
 			SELECT x.xmin::text, array(
 				SELECT p FROM unnest($1::int[]) AS p WHERE EXISTS (
 					SELECT 1 FROM {schema}.outbox o
-					WHERE o.partition = p AND o.published_at IS NULL
+					WHERE o.partition = p
 					AND o.txid >= $2::text::xid8 AND o.txid < x.xmin))
 			FROM x`,
 
@@ -60,21 +60,32 @@ func renderRelaySQL(schema string) relaySQL {
 		// relay holds the lease.
 		fetch: `SELECT o.seq, o.id, o.ordering_key, o.subject, o.payload, o.headers, o.created_at, o.attempts
 			FROM {schema}.outbox o
-			WHERE o.partition = $1 AND o.published_at IS NULL AND o.parked_at IS NULL
+			WHERE o.partition = $1 AND o.parked_at IS NULL
 			AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
 			AND o.txid < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
 			AND (o.ordering_key = '' OR NOT EXISTS (
 				SELECT 1 FROM {schema}.outbox b
 				WHERE b.partition = o.partition AND b.ordering_key = o.ordering_key
-				AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+				AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
 				AND (b.parked_at IS NOT NULL OR b.next_attempt_at > now())
 				AND (b.txid, b.seq) < (o.txid, o.seq)))
 			AND EXISTS (SELECT 1 FROM {schema}.relay_partitions l
 				WHERE l.partition = $1 AND l.owner = $2 AND l.token = $3 AND l.expires_at > now())
 			ORDER BY o.txid, o.seq
 			LIMIT $4`,
-		markPublished: `UPDATE {schema}.outbox SET published_at = now(), next_attempt_at = NULL
-			WHERE seq = ANY($4::bigint[]) AND partition = $1 AND published_at IS NULL AND ` + fence,
+		// Move acked rows to outbox_published.
+		markPublished: `WITH done AS (
+				DELETE FROM {schema}.outbox
+				WHERE seq = ANY($4::bigint[]) AND partition = $1 AND ` + fence + `
+				RETURNING id, seq, partition, ordering_key, subject, created_at, attempts),
+			kept AS (
+				INSERT INTO {schema}.outbox_published (id, seq, partition, ordering_key, subject, created_at, attempts)
+				SELECT id, seq, partition, ordering_key, subject, created_at, attempts + 1 FROM done
+				ON CONFLICT (id) DO NOTHING)
+			SELECT count(*) FROM done`,
+		deletePublished: `WITH done AS (DELETE FROM {schema}.outbox
+				WHERE seq = ANY($4::bigint[]) AND partition = $1 AND ` + fence + ` RETURNING 1)
+			SELECT count(*) FROM done`,
 		// Count a failed attempt: back off, park after $8 attempts.
 		markFailed: `UPDATE {schema}.outbox o SET
 				attempts = o.attempts + 1,
@@ -82,22 +93,21 @@ func renderRelaySQL(schema string) relaySQL {
 				next_attempt_at = now() + make_interval(secs => f.delay),
 				parked_at = CASE WHEN o.attempts + 1 >= $7 THEN now() END
 			FROM unnest($4::bigint[], $5::text[], $6::float8[]) AS f(seq, err, delay)
-			WHERE o.seq = f.seq AND o.partition = $1 AND o.published_at IS NULL AND ` + fence + `
+			WHERE o.seq = f.seq AND o.partition = $1 AND ` + fence + `
 			RETURNING o.parked_at IS NOT NULL`,
 
-		deleteBatch: `DELETE FROM {schema}.outbox WHERE seq IN (
-			SELECT seq FROM {schema}.outbox
+		deleteBatch: `DELETE FROM {schema}.outbox_published WHERE id IN (
+			SELECT id FROM {schema}.outbox_published
 			WHERE published_at < now() - make_interval(secs => $1)
-			ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		oldest: `SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
-			FROM {schema}.outbox WHERE published_at IS NULL AND parked_at IS NULL`,
+			FROM {schema}.outbox WHERE parked_at IS NULL`,
 		parked: `SELECT count(*) FROM {schema}.outbox
-			WHERE published_at IS NULL AND parked_at IS NOT NULL
-			AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`,
+			WHERE parked_at IS NOT NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`,
 	}
 	for _, p := range []*string{
 		&q.ensurePartitions, &q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
-		&q.removeNode, &q.probe, &q.fetch, &q.markPublished, &q.markFailed, &q.deleteBatch, &q.oldest, &q.parked,
+		&q.removeNode, &q.probe, &q.fetch, &q.markPublished, &q.deletePublished, &q.markFailed, &q.deleteBatch, &q.oldest, &q.parked,
 	} {
 		*p = pgsql.Render(*p, schema)
 	}

@@ -126,10 +126,13 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 	if !r.leaseValid(w) {
 		return false, nil // the lease loop renews it or gives it up
 	}
+	t0 := time.Now()
 	rows, err := r.fetch(ctx, w)
 	if err != nil || len(rows) == 0 {
 		return false, err
 	}
+	t1 := time.Now()
+	nwaves := 0
 	full = len(rows) == r.cfg.BatchSize
 	r.m.batch.Observe(float64(len(rows)))
 
@@ -152,6 +155,7 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 			lost = true // publish nothing more; mark what was acked
 			break
 		}
+		nwaves++
 		msgs := make([]broker.Message, len(batch))
 		for i, row := range batch {
 			msgs[i] = row.msg
@@ -177,6 +181,10 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 		}
 	}
 	crashpoint.Hit("relay.after-publish")
+	t2 := time.Now()
+	defer func() {
+		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "waves", nwaves, "fetch", t1.Sub(t0), "publish", t2.Sub(t1), "mark", time.Since(t2))
+	}()
 
 	if err := r.mark(ctx, w, acked, failed); err != nil {
 		return false, err
@@ -269,13 +277,17 @@ func (r *Relay) mark(ctx context.Context, w *worker, acked []int64, failed []fai
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(mctx)) }()
 	if len(acked) > 0 {
-		tag, err := tx.Exec(mctx, r.sql.markPublished, w.part, r.cfg.NodeID, w.token, acked)
-		if err != nil {
+		stmt := r.sql.markPublished
+		if r.cfg.DeleteOnPublish {
+			stmt = r.sql.deletePublished
+		}
+		var marked int64
+		if err := tx.QueryRow(mctx, stmt, w.part, r.cfg.NodeID, w.token, acked).Scan(&marked); err != nil {
 			return fmt.Errorf("outbox: mark published: %w", err)
 		}
-		if tag.RowsAffected() < int64(len(acked)) {
+		if marked < int64(len(acked)) {
 			r.log.Warn("lease lost before marking; the new owner republishes (deduplicated)", "partition", w.part,
-				"acked", len(acked), "marked", tag.RowsAffected())
+				"acked", len(acked), "marked", marked)
 			return errLeaseLost
 		}
 	}

@@ -84,8 +84,8 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR")
 	for _, en := range entries {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", en.Seq, en.ID, en.State(), en.Partition,
-			en.Key, en.Subject, en.PayloadSize, en.Attempts, en.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", en.Seq, en.ID, en.State(), en.Partition,
+			en.Key, en.Subject, size(en.PayloadSize), en.Attempts, en.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"),
 			oneLine(en.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
@@ -103,4 +103,11 @@ func oneLine(s string, n int) string {
 		s = s[:n-1] + "…"
 	}
 	return s
+}
+
+func size(n *int) string {
+	if n == nil {
+		return "-"
+	}
+	return fmt.Sprint(*n)
 }

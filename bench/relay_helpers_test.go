@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// relayEnvInt reads a scaling knob from the environment.
+func relayEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// relayEvents returns n events of 256 random bytes over n/10 keys,
+// interleaved (event i of every key, then event i+1).
+func relayEvents(subject string, n int) []broker.Message {
+	keys := max(n/10, 1)
+	out := make([]broker.Message, n)
+	for i := range out {
+		p := make([]byte, 256)
+		_, _ = rand.Read(p)
+		out[i] = broker.Message{ID: uuid.New(), Subject: subject, Key: fmt.Sprintf("key-%d", i%keys), Payload: p}
+	}
+	return out
+}
+
+// relayWorld is one measurement's fresh schema, stream and pool.
+type relayWorld struct {
+	db      *testenv.DB
+	pool    *pgxpool.Pool
+	nats    *testenv.NATS
+	stream  jetstream.Stream
+	subject string
+}
+
+func newRelayWorld(b *testing.B) *relayWorld {
+	b.Helper()
+	w := &relayWorld{db: testenv.NewDB(b), nats: testenv.NewNATS(b)}
+	name := testenv.Name(b)
+	w.subject = name + ".ev"
+	var err error
+	w.stream, err = natsjs.EnsureStream(context.Background(), w.nats.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(w.db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 24
+	w.pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.pool.Close)
+	return w
+}
+
+// prefillOutbox enqueues msgs in transactions of 1000.
+func (w *relayWorld) prefillOutbox(b *testing.B, ob *outbox.Outbox, msgs []broker.Message) {
+	b.Helper()
+	ctx := context.Background()
+	for i := 0; i < len(msgs); i += 1000 {
+		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			_, err := ob.Enqueue(ctx, tx, msgs[i:min(i+1000, len(msgs))]...)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitStream waits until the stream holds n messages.
+func (w *relayWorld) waitStream(b *testing.B, n int, within time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		info, err := w.stream.Info(context.Background())
+		if err == nil && info.State.Msgs >= uint64(n) {
+			if info.State.Msgs > uint64(n) {
+				b.Fatalf("stream holds %d messages, want %d", info.State.Msgs, n)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("stream did not reach %d messages within %v (err %v)", n, within, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
