@@ -4,10 +4,10 @@ import "github.com/oncekit/oncekit/internal/pgsql"
 
 // relaySQL holds the relay's statements, rendered once for a schema.
 type relaySQL struct {
-	ensurePartitions, partitionsBeyond                   string
-	heartbeat, acquire, renew, release, removeNode       string
+	ensurePartitions, partitionsBeyond                                    string
+	heartbeat, acquire, renew, release, removeNode                        string
 	probe, fetch, markPublished, deletePublished, markFailed, deleteBatch string
-	oldest, parked                                       string
+	oldest, parked                                                        string
 }
 
 // fence is true while the relay still holds partition $1's lease under the

@@ -116,8 +116,8 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 type outboxRow struct {
 	seq      int64
 	attempts int
-	msg     broker.Message
-	created time.Time
+	msg      broker.Message
+	created  time.Time
 }
 
 // processBatch reads, publishes and marks one batch of w's partition. full
