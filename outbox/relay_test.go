@@ -83,8 +83,23 @@ func TestRelayDoesNotSkipLateCommits(t *testing.T) {
 	requireExactlyOnceInOrder(t, got, []broker.Message{early, late, other})
 }
 
+// plainPublisher hides natsjs.Publisher's PublishChain, so the relay uses
+// its fallback of one round per message of a key.
+type plainPublisher struct{ broker.Publisher }
+
 func TestRelayFailingMessageBlocksOnlyItsKeyThenParks(t *testing.T) {
 	t.Parallel()
+	t.Run("chained", func(t *testing.T) {
+		t.Parallel()
+		testFailingMessage(t, func(p *natsjs.Publisher) broker.Publisher { return p })
+	})
+	t.Run("rounds", func(t *testing.T) {
+		t.Parallel()
+		testFailingMessage(t, func(p *natsjs.Publisher) broker.Publisher { return plainPublisher{p} })
+	})
+}
+
+func testFailingMessage(t *testing.T, wrap func(*natsjs.Publisher) broker.Publisher) {
 	b := setup(t)
 	ctx := context.Background()
 	// bad has a subject no stream captures: JetStream rejects it.
@@ -95,8 +110,8 @@ func TestRelayFailingMessageBlocksOnlyItsKeyThenParks(t *testing.T) {
 	enqueue(t, b.db, b.ob, bad, k1next)
 	enqueue(t, b.db, b.ob, others...)
 
-	pub, _ := publisher(t, b.nats.URL)
-	_, reg := b.startRelay(t, pub, outbox.RelayConfig{
+	np, _ := publisher(t, b.nats.URL)
+	_, reg := b.startRelay(t, wrap(np), outbox.RelayConfig{
 		MaxAttempts: 3, RetryInitial: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		PublishTimeout: 2 * time.Second, PollInterval: 20 * time.Millisecond, StatsInterval: 20 * time.Millisecond,
 	})

@@ -132,15 +132,100 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 		return false, err
 	}
 	t1 := time.Now()
-	nwaves := 0
 	full = len(rows) == r.cfg.BatchSize
 	r.m.batch.Observe(float64(len(rows)))
 
 	var acked []int64
 	var failed []failure
 	var lagged []time.Time
+	var down, lost bool
+	nwaves := 1
+	if cp, ok := r.pub.(chainPublisher); ok {
+		acked, failed, lagged, down = r.publishChained(ctx, w, cp, rows)
+	} else {
+		acked, failed, lagged, down, lost, nwaves = r.publishWaves(ctx, w, rows)
+	}
+	if down {
+		return false, errBrokerDown
+	}
+	crashpoint.Hit("relay.after-publish")
+	t2 := time.Now()
+	defer func() {
+		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "waves", nwaves, "fetch", t1.Sub(t0), "publish", t2.Sub(t1), "mark", time.Since(t2))
+	}()
+
+	if err := r.mark(ctx, w, acked, failed); err != nil {
+		return false, err
+	}
+	now := time.Now()
+	for _, c := range lagged {
+		r.m.lag.Observe(now.Sub(c).Seconds())
+	}
+	r.m.published.Add(float64(len(acked)))
+	if lost {
+		return false, errLeaseLost
+	}
+	return full && len(failed) == 0 && r.leaseValid(w), nil
+}
+
+// chainPublisher is implemented by publishers that can keep per-key order
+// within one batch without a round trip per message (natsjs.Publisher does):
+// msgs[i] is sent only after msgs[prev[i]] was acknowledged, never when it
+// failed.
+type chainPublisher interface {
+	PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result
+}
+
+// publishCtx bounds a publish by PublishTimeout and by the lease: nothing is
+// sent once this relay may no longer hold the partition.
+func (r *Relay) publishCtx(ctx context.Context, w *worker) (context.Context, context.CancelFunc) {
+	left := time.Duration(w.validUntil.Load()) - r.since()
+	return context.WithTimeout(ctx, max(min(r.cfg.PublishTimeout, left), 0))
+}
+
+// publishChained publishes rows in one round, each key's rows chained.
+func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher, rows []outboxRow) (acked []int64, failed []failure, lagged []time.Time, down bool) {
+	msgs := make([]broker.Message, len(rows))
+	prev := make([]int, len(rows))
+	last := map[string]int{}
+	for i, row := range rows {
+		msgs[i] = row.msg
+		prev[i] = -1
+		if k := row.msg.Key; k != "" {
+			if j, ok := last[k]; ok {
+				prev[i] = j
+			}
+			last[k] = i
+		}
+	}
+	pctx, cancel := r.publishCtx(ctx, w)
+	results := cp.PublishChain(pctx, msgs, prev)
+	cancel()
+	lost := !r.leaseValid(w)
+	skipped := make([]bool, len(rows))
+	for i, res := range results {
+		switch {
+		case res.Err == nil:
+			acked = append(acked, rows[i].seq)
+			lagged = append(lagged, rows[i].created)
+		case prev[i] >= 0 && (skipped[prev[i]] || results[prev[i]].Err != nil):
+			skipped[i] = true // not attempted: blocked behind its key's failure
+		case lost:
+			skipped[i] = true // cut short by the lease: not the message's fault
+		default:
+			failed = append(failed, failure{seq: rows[i].seq, attempts: rows[i].attempts, err: res.Err})
+		}
+	}
+	if len(acked) == 0 && len(failed) > 0 && r.brokerDown() {
+		return nil, nil, nil, true
+	}
+	return acked, failed, lagged, false
+}
+
+// publishWaves is the fallback for publishers without PublishChain: rounds
+// holding at most one row per key, a key's next row sent in the next round.
+func (r *Relay) publishWaves(ctx context.Context, w *worker, rows []outboxRow) (acked []int64, failed []failure, lagged []time.Time, down, lost bool, nwaves int) {
 	blocked := map[string]bool{}
-	lost := false
 	for _, wave := range waves(rows) {
 		batch := make([]outboxRow, 0, len(wave))
 		for _, row := range wave {
@@ -160,7 +245,7 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 		for i, row := range batch {
 			msgs[i] = row.msg
 		}
-		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		pctx, cancel := r.publishCtx(ctx, w)
 		results := r.pub.Publish(pctx, msgs)
 		cancel()
 		okInRound := 0
@@ -177,27 +262,10 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 			}
 		}
 		if okInRound == 0 && len(acked) == 0 && r.brokerDown() {
-			return false, fmt.Errorf("%w: %v", errBrokerDown, results[0].Err)
+			return nil, nil, nil, true, false, nwaves
 		}
 	}
-	crashpoint.Hit("relay.after-publish")
-	t2 := time.Now()
-	defer func() {
-		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "waves", nwaves, "fetch", t1.Sub(t0), "publish", t2.Sub(t1), "mark", time.Since(t2))
-	}()
-
-	if err := r.mark(ctx, w, acked, failed); err != nil {
-		return false, err
-	}
-	now := time.Now()
-	for _, c := range lagged {
-		r.m.lag.Observe(now.Sub(c).Seconds())
-	}
-	r.m.published.Add(float64(len(acked)))
-	if lost {
-		return false, errLeaseLost
-	}
-	return full && len(failed) == 0, nil
+	return acked, failed, lagged, false, lost, nwaves
 }
 
 func (r *Relay) leaseValid(w *worker) bool {

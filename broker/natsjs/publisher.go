@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,56 +63,79 @@ func NATSMsg(m broker.Message) *nats.Msg {
 	return out
 }
 
+// ErrNotSent is the result of a message PublishChain did not send because
+// its predecessor failed.
+var ErrNotSent = errors.New("natsjs: not sent: an earlier message of its chain failed")
+
 // Publish implements broker.Publisher: every message is sent asynchronously,
-// then each ack is awaited; results come back in input order. When the
-// async window (MaxPending) is full, it first awaits its own oldest acks.
+// then each ack is awaited; results come back in input order. When the async
+// window (MaxPending) is full, sending waits for room until ctx ends.
 func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) []broker.Result {
+	return p.PublishChain(ctx, msgs, nil)
+}
+
+// PublishChain is Publish with ordering constraints: when prev[i] >= 0,
+// msgs[i] is sent only after msgs[prev[i]] (prev[i] < i) was acknowledged,
+// and not at all (ErrNotSent) when that one failed. Independent chains are in
+// flight together, so a batch holding several messages per ordering key needs
+// no round trip per message. A nil prev means no constraints.
+func (p *Publisher) PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result {
 	results := make([]broker.Result, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
-	awaited := 0 // futures[:awaited] have their result
-	for i, m := range msgs {
-		results[i].ID = m.ID
-		for {
-			f, err := p.js.PublishMsgAsync(NATSMsg(m), jetstream.WithMsgID(m.ID.String()))
-			if err == nil {
-				futures[i] = f
-				break
-			}
-			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
-				results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.ID, err)
-				break
-			}
-			// The window is full: make room by awaiting our oldest ack, or
-			// anyone's when none of ours is pending.
-			for awaited < i && futures[awaited] == nil {
-				awaited++
-			}
-			if awaited < i {
-				if !p.await(ctx, futures, results, msgs, awaited) {
-					return results
-				}
-				awaited++
-				continue
-			}
-			select {
-			case <-p.js.PublishAsyncComplete():
-			case <-ctx.Done():
-			}
+	next := make([]int, len(msgs))
+	for i := range next {
+		next[i] = -1
+	}
+	for i := range msgs {
+		results[i].ID = msgs[i].ID
+		if prev != nil && prev[i] >= 0 {
+			next[prev[i]] = i
 		}
 	}
-	for i := awaited; i < len(futures); i++ {
+	for i := range msgs {
+		if prev == nil || prev[i] < 0 {
+			p.send(ctx, msgs, futures, results, i)
+		}
+	}
+	for i := range msgs {
 		if futures[i] == nil {
+			if results[i].Err == nil {
+				results[i].Err = ErrNotSent
+			}
 			continue
 		}
 		if !p.await(ctx, futures, results, msgs, i) {
+			for j := i; j < len(msgs); j++ {
+				if results[j].Err == nil && results[j].Sequence == 0 {
+					results[j].Err = ctx.Err()
+				}
+			}
 			return results
+		}
+		if results[i].Err == nil && next[i] >= 0 {
+			p.send(ctx, msgs, futures, results, next[i])
 		}
 	}
 	return results
 }
 
-// await fills results[i] from futures[i]. When ctx ends first it sets the
-// context error on every result still open and reports false.
+// send publishes msgs[i] asynchronously, waiting for room in the window.
+func (p *Publisher) send(ctx context.Context, msgs []broker.Message, futures []jetstream.PubAckFuture, results []broker.Result, i int) {
+	stall := 30 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		stall = max(time.Until(dl), time.Millisecond)
+	}
+	m := msgs[i]
+	f, err := p.js.PublishMsgAsync(NATSMsg(m), jetstream.WithMsgID(m.ID.String()), jetstream.WithStallWait(stall))
+	if err != nil {
+		results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.ID, err)
+		return
+	}
+	futures[i] = f
+}
+
+// await fills results[i] from futures[i]; it reports false when ctx ended
+// first.
 func (p *Publisher) await(ctx context.Context, futures []jetstream.PubAckFuture, results []broker.Result, msgs []broker.Message, i int) bool {
 	select {
 	case ack := <-futures[i].Ok():
@@ -122,11 +146,6 @@ func (p *Publisher) await(ctx context.Context, futures []jetstream.PubAckFuture,
 		results[i].Err = fmt.Errorf("natsjs: publish %s: %w", msgs[i].ID, err)
 		return true
 	case <-ctx.Done():
-		for j := i; j < len(futures); j++ {
-			if results[j].Err == nil && results[j].Sequence == 0 {
-				results[j].Err = ctx.Err()
-			}
-		}
 		return false
 	}
 }

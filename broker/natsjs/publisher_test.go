@@ -97,3 +97,33 @@ func TestPublishBatchLargerThanWindow(t *testing.T) {
 	require.EqualValues(t, 2000, info.State.Msgs)
 	require.True(t, pub.Connected())
 }
+
+func TestPublishChainSkipsAfterAFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := testenv.NewNATS(t)
+	name := testenv.Name(t)
+	stream, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".ok"}})
+	require.NoError(t, err)
+	pub, err := natsjs.NewPublisher(n.Conn, nil)
+	require.NoError(t, err)
+	msg := func(subject string) broker.Message { return broker.Message{ID: uuid.New(), Subject: name + "." + subject} }
+	// Chain a: ok → ok; chain b: bad → ok (must not be sent); c: alone.
+	msgs := []broker.Message{msg("ok"), msg("bad"), msg("ok"), msg("ok"), msg("ok")}
+	prev := []int{-1, -1, 0, 1, -1}
+	res := pub.PublishChain(ctx, msgs, prev)
+	require.NoError(t, res[0].Err)
+	require.Error(t, res[1].Err)
+	require.NoError(t, res[2].Err)
+	require.ErrorIs(t, res[3].Err, natsjs.ErrNotSent)
+	require.NoError(t, res[4].Err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, info.State.Msgs)
+	first, err := stream.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	second, err := stream.GetMsg(ctx, 3)
+	require.NoError(t, err)
+	require.Equal(t, msgs[0].ID.String(), first.Header.Get(broker.HeaderMsgID))
+	require.Equal(t, msgs[2].ID.String(), second.Header.Get(broker.HeaderMsgID), "a chain keeps its order")
+}
