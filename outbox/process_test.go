@@ -215,3 +215,30 @@ func TestRelayProcessFailsFastOnUnreachableDependencies(t *testing.T) {
 	code, _ = run("relay", "--database-url", b.db.URL, "--batch", "-1", "--schema", b.db.Schema)
 	require.NotZero(t, code)
 }
+
+func TestOutboxCommandListsAndUnparks(t *testing.T) {
+	t.Parallel()
+	b := &bundle{db: testenv.NewDB(t), name: testenv.Name(t)}
+	b.subject = b.name + ".ev"
+	b.ob = newOutbox(t, b.db, outbox.Config{})
+	m := b.msg("k", 1)
+	enqueue(t, b.db, b.ob, m, b.msg("k", 2))
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE outbox SET parked_at = now(), attempts = 10, last_error = 'no stream' WHERE id = $1`, m.ID)
+	require.NoError(t, err)
+	bin := testenv.OncekitBinary(t)
+	run := func(args ...string) string {
+		full := append([]string{args[0], args[1], "--database-url", b.db.URL, "--schema", b.db.Schema}, args[2:]...)
+		out, err := exec.Command(bin, full...).CombinedOutput()
+		require.NoError(t, err, string(out))
+		return string(out)
+	}
+	out := run("outbox", "parked")
+	require.Contains(t, out, m.ID.String())
+	require.Contains(t, out, "no stream")
+	require.Contains(t, run("outbox", "list"), "pending")
+	require.Contains(t, run("outbox", "unpark", m.ID.String()), "unparked 1 message(s)")
+	require.Contains(t, run("outbox", "list", "--state", "parked"), "(none)")
+	raw, err := exec.Command(bin, "outbox", "unpark", "--database-url", b.db.URL).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(raw), "give message IDs or --all")
+}

@@ -1,0 +1,72 @@
+package outbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// gatedPublisher holds its first Publish until the gate opens.
+type gatedPublisher struct {
+	broker.Publisher
+	once    sync.Once
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedPublisher) Publish(ctx context.Context, msgs []broker.Message) []broker.Result {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.gate
+	})
+	return g.Publisher.Publish(ctx, msgs)
+}
+
+func TestRelayIsFencedWhenItsLeaseIsTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.ob = newOutbox(t, b.db, outbox.Config{Partitions: 1})
+	first := []broker.Message{b.msg("k", 1), b.msg("k", 2)}
+	enqueue(t, b.db, b.ob, first...)
+
+	np, _ := publisher(t, b.nats.URL)
+	gp := &gatedPublisher{Publisher: np, entered: make(chan struct{}), gate: make(chan struct{})}
+	b.startRelay(t, gp, outbox.RelayConfig{Partitions: 1, LeaseTTL: 3 * time.Second, PollInterval: 20 * time.Millisecond})
+	select {
+	case <-gp.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("relay never published")
+	}
+	// While the batch is in flight another owner takes the partition.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE relay_partitions SET owner = 'other', token = token + 1, expires_at = now() + interval '1 hour'`)
+	require.NoError(t, err)
+	close(gp.gate)
+
+	// The publish went out, but the fenced mark changed nothing...
+	waitCount(t, b.stream, 2, 20*time.Second)
+	require.Never(t, func() bool {
+		var published int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_published`).Scan(&published))
+		return published > 0
+	}, 300*time.Millisecond, 20*time.Millisecond)
+	require.Equal(t, 2, countRows(t, b.db))
+
+	// ...and the relay publishes nothing more on a partition it lost.
+	enqueue(t, b.db, b.ob, b.msg("k", 3))
+	require.Never(t, func() bool { return streamCount(t, b.stream) > 2 }, 500*time.Millisecond, 20*time.Millisecond)
+
+	// Once the other owner lets go, the relay takes over again: the unmarked
+	// batch is republished (absorbed by JetStream's dedup), then the rest.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE relay_partitions SET owner = NULL, expires_at = '-infinity'`)
+	require.NoError(t, err)
+	waitCount(t, b.stream, 3, 20*time.Second)
+	require.Eventually(t, func() bool { return countRows(t, b.db) == 0 }, 20*time.Second, 20*time.Millisecond)
+	require.EqualValues(t, 3, streamCount(t, b.stream))
+}
