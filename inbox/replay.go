@@ -19,6 +19,12 @@ import (
 // no valid ID, unless ReplayOptions.AssignID is set.
 var ErrNoReplayID = errors.New("inbox: dead letter has no valid message id")
 
+// ErrReplayDeduped is returned when the broker dropped the replayed message
+// as a duplicate: its dedup window (JetStream's stream Duplicates) still
+// remembers the original ID. Nothing was changed; replay once the window has
+// passed.
+var ErrReplayDeduped = errors.New("inbox: the broker's dedup window still holds this message ID; replay after the window has passed")
+
 // ReplayOptions tunes Replay.
 type ReplayOptions struct {
 	// AssignID gives a message that arrived without a valid ID the
@@ -34,6 +40,10 @@ type ReplayOptions struct {
 // stays locked while publishing: if the publish fails nothing changes, and a
 // consumer that fails the replayed message again writes a new dead letter
 // instead of colliding with this one. It returns the row as replayed.
+//
+// A broker that dedups on the ID (JetStream within its stream's Duplicates
+// window) drops a replay of a message it stored recently: Replay then fails
+// with ErrReplayDeduped and changes nothing.
 func (s *Store) Replay(ctx context.Context, db pgsql.Beginner, pub broker.Publisher, id int64, opts ReplayOptions) (DeadLetter, error) {
 	var dl DeadLetter
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -51,6 +61,9 @@ func (s *Store) Replay(ctx context.Context, db pgsql.Beginner, pub broker.Publis
 				err = res[0].Err
 			}
 			return fmt.Errorf("inbox: replay dead letter %d: publish: %w", id, err)
+		}
+		if res[0].Duplicate {
+			return fmt.Errorf("%w (dead letter %d, message %s)", ErrReplayDeduped, id, msg.ID)
 		}
 		return nil
 	})
