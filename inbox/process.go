@@ -44,7 +44,7 @@ type handlerTx struct{ pgx.Tx }
 func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
 func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
 
-// call runs the handler, turning a panic into an error.
+// call runs the handler with tx, turning a panic into an error.
 func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error) {
 	start := time.Now()
 	defer func() {
@@ -53,7 +53,7 @@ func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error
 		}
 		c.m.handlerSeconds.Observe(time.Since(start).Seconds())
 	}()
-	return c.h.Handle(ctx, handlerTx{tx}, msg)
+	return c.h.Handle(ctx, tx, msg)
 }
 
 // failure decides what a handler error means for it: dead letter or retry.
@@ -150,12 +150,12 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 			release = append(release, id)
 			continue
 		}
+		var htx pgx.Tx = handlerTx{tx}
+		sp := &savepointTx{Tx: tx, pending: true}
 		if !single {
-			if _, err := tx.Exec(ctx, "SAVEPOINT inbox_msg"); err != nil {
-				return fmt.Errorf("inbox: savepoint: %w", err)
-			}
+			htx = sp
 		}
-		herr := c.call(ctx, tx, it.msg)
+		herr := c.call(ctx, htx, it.msg)
 		if herr == nil {
 			out[i] = outcome{kind: outProcessed}
 			continue
@@ -172,8 +172,8 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 			}
 			return nil
 		}
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inbox_msg"); err != nil {
-			return fmt.Errorf("inbox: rollback to savepoint: %w", err)
+		if !sp.undo(ctx) {
+			return fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
 		}
 		if claimed != nil {
 			release = append(release, id)

@@ -58,7 +58,7 @@ func NewStore(schema string) (*Store, error) {
 // message is a duplicate. A concurrent uncommitted claim of the same message
 // makes Claim wait for that transaction's outcome.
 func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id uuid.UUID) (bool, error) {
-	tag, err := tx.Exec(ctx, s.claim, consumer, id)
+	tag, err := tx.Exec(ctx, s.claim, consumer, [16]byte(id)) // [16]byte: pgx's direct uuid encoding
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim: %w", err)
 	}
@@ -68,15 +68,15 @@ func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id
 // claimAll claims ids in one statement (sorted, so that two batches sharing
 // messages lock them in the same order) and returns those it claimed.
 func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
-	sorted := slices.Clone(ids)
-	slices.SortFunc(sorted, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	sorted := uuidArgs(ids)
+	slices.SortFunc(sorted, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
 	rows, err := tx.Query(ctx, s.claimBatch, consumer, sorted)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: claim: %w", err)
 	}
 	claimed := make(map[uuid.UUID]bool, len(ids))
-	var id uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { claimed[id] = true; return nil })
+	var id [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { claimed[uuid.UUID(id)] = true; return nil })
 	if err != nil {
 		return nil, fmt.Errorf("inbox: claim: %w", err)
 	}
@@ -84,7 +84,7 @@ func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string,
 }
 
 func (s *Store) unclaimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) error {
-	if _, err := tx.Exec(ctx, s.unclaim, consumer, ids); err != nil {
+	if _, err := tx.Exec(ctx, s.unclaim, consumer, uuidArgs(ids)); err != nil {
 		return fmt.Errorf("inbox: release claim: %w", err)
 	}
 	return nil
@@ -215,4 +215,14 @@ func (s *Store) PruneClaims(ctx context.Context, q pgsql.Querier, consumer strin
 		return 0, fmt.Errorf("inbox: prune claims: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// uuidArgs converts ids to [16]byte, which pgx encodes as uuid directly
+// (uuid.UUID goes through driver.Valuer and a text round trip).
+func uuidArgs(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
 }

@@ -2,7 +2,7 @@
 -- transaction as the handler's effects, so a redelivered or republished event
 -- finds its claim and is acknowledged as a duplicate.
 CREATE TABLE {schema}.processed_messages (
-	consumer     text        NOT NULL,
+	consumer     text COLLATE "C" NOT NULL,
 	message_id   uuid        NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (consumer, message_id)
