@@ -3,14 +3,17 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -67,6 +70,21 @@ func TestRepublishedCopyIsDuplicate(t *testing.T) {
 			waitStats(t, c, func(s inbox.Stats) bool { return s.Processed+s.Duplicates == 2 })
 			require.Equal(t, inbox.Stats{Processed: 1, Duplicates: 1}, c.Stats())
 			require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
+
+			reg := cfg.Registerer.(*prometheus.Registry)
+			require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP oncekit_inbox_dedup_hit_ratio Duplicates / (processed + duplicates) since the consumer started.
+# TYPE oncekit_inbox_dedup_hit_ratio gauge
+oncekit_inbox_dedup_hit_ratio{consumer="c"} 0.5
+# HELP oncekit_inbox_duplicates_total Messages acknowledged as duplicates of an existing claim.
+# TYPE oncekit_inbox_duplicates_total counter
+oncekit_inbox_duplicates_total{consumer="c"} 1
+# HELP oncekit_inbox_processed_total Messages whose handler committed.
+# TYPE oncekit_inbox_processed_total counter
+oncekit_inbox_processed_total{consumer="c"} 1
+`), "oncekit_inbox_dedup_hit_ratio", "oncekit_inbox_duplicates_total", "oncekit_inbox_processed_total"))
+			require.Equal(t, 1, testutil.CollectAndCount(reg, "oncekit_inbox_handler_seconds"))
+			require.Equal(t, 1, testutil.CollectAndCount(reg, "oncekit_inbox_batch_size"))
 		})
 	}
 }

@@ -135,4 +135,4 @@ func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}
 func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
 func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
 func (b errBatch) Close() error                     { return b.err }
-func (b errBatch) Tx() pgx.Tx { return nil }
+func (b errBatch) Tx() pgx.Tx                       { return nil }
