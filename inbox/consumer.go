@@ -94,8 +94,10 @@ func (c *Consumer) CheckRetention(ctx context.Context) error {
 
 // Run checks the retention against the source's horizon, then processes
 // messages until ctx ends. Messages in flight when ctx ends are finished
-// (their transactions are not cut short); messages received but not started
-// are left to the broker's redelivery. Run returns nil after a clean stop.
+// (their transactions are not cut short, and handlers get a context that is
+// not cancelled); messages received but not started are handed back to the
+// broker (nak without delay). Run returns nil after a clean stop, and
+// ErrSourceClosed if the source was closed under it.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("inbox: Run called twice")
@@ -121,23 +123,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.work(ctx, chans[i%lanes]) }()
 	}
-	c.receive(ctx, chans)
+	err := c.receive(ctx, chans)
 	for _, ch := range chans {
 		close(ch)
 	}
 	wg.Wait()
 	c.log.Info("inbox consumer stopped")
-	return nil
+	return err
 }
 
-// receive reads the source and hands messages to the lanes until ctx ends.
-func (c *Consumer) receive(ctx context.Context, lanes []chan *item) {
+// receive reads the source and hands messages to the lanes until ctx ends
+// (nil) or the source is closed (ErrSourceClosed).
+func (c *Consumer) receive(ctx context.Context, lanes []chan *item) error {
 	c.log.Info("inbox consumer started", "concurrency", c.cfg.Concurrency, "batch_size", c.cfg.BatchSize, "ordered", c.cfg.Ordered)
 	for ctx.Err() == nil {
 		ds, err := c.src.Receive(ctx, c.cfg.BatchSize)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
+			}
+			if errors.Is(err, ErrSourceClosed) {
+				return err
 			}
 			c.log.Warn("inbox receive failed", "err", err)
 			select {
@@ -151,10 +157,11 @@ func (c *Consumer) receive(ctx context.Context, lanes []chan *item) {
 			select {
 			case lanes[laneOf(it, len(lanes))] <- it:
 			case <-ctx.Done():
-				return
+				return nil
 			}
 		}
 	}
+	return nil
 }
 
 func laneOf(it *item, n int) int {
@@ -179,6 +186,12 @@ func (c *Consumer) work(ctx context.Context, ch chan *item) {
 		it, ok := <-ch
 		if !ok {
 			return
+		}
+		if ctx.Err() != nil {
+			// Stopping: hand what was received but not started back to
+			// the broker at once.
+			_ = it.d.Nak(pctx, 0)
+			continue
 		}
 		batch = append(batch[:0], it)
 	fill:

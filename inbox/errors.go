@@ -17,6 +17,10 @@ var ErrRetentionTooShort = errors.New("inbox: retention shorter than the redeliv
 // transaction the Consumer owns.
 var ErrTxOwned = errors.New("inbox: the transaction belongs to the consumer; return an error to roll back")
 
+// ErrSourceClosed is returned by a Source's Receive once the source is
+// closed; Run then returns it.
+var ErrSourceClosed = errors.New("inbox: source closed")
+
 // ErrPanic wraps a value a handler panicked with.
 var ErrPanic = errors.New("inbox: handler panicked")
 

@@ -58,8 +58,9 @@ var _ inbox.Source = (*Source)(nil)
 // ErrInvalidSource is returned for a SourceConfig missing a required field.
 var ErrInvalidSource = errors.New("natsjs: invalid source config")
 
-// ErrSourceClosed is returned by Receive after Close.
-var ErrSourceClosed = errors.New("natsjs: source closed")
+// ErrSourceClosed is returned by Receive after Close; it is
+// inbox.ErrSourceClosed, so the consumer's Run stops with it.
+var ErrSourceClosed = inbox.ErrSourceClosed
 
 // NewSource creates or updates the durable consumer and returns a Source
 // reading it. Messages are fetched from the first Receive on.
