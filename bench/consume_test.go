@@ -27,19 +27,22 @@ import (
 
 // consumeN is the number of messages each BenchmarkConsume run consumes:
 // ONCEKIT_BENCH_N, default 100,000.
-func consumeN() int {
-	if n, err := strconv.Atoi(os.Getenv("ONCEKIT_BENCH_N")); err == nil && n > 0 {
+func consumeN() int { return envInt("ONCEKIT_BENCH_N", 100_000) }
+
+// Every contender runs consumeConcurrency workers (ONCEKIT_BENCH_CONCURRENCY,
+// default 4); the batch consumers process consumeBatch messages per
+// transaction (ONCEKIT_BENCH_BATCH, default 50).
+var (
+	consumeConcurrency = envInt("ONCEKIT_BENCH_CONCURRENCY", 4)
+	consumeBatch       = envInt("ONCEKIT_BENCH_BATCH", 50)
+)
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
 		return n
 	}
-	return 100_000
+	return def
 }
-
-// Every contender runs consumeConcurrency workers; the batch consumers
-// process consumeBatch messages per transaction.
-const (
-	consumeConcurrency = 4
-	consumeBatch       = 50
-)
 
 // BenchmarkConsume consumes N pre-published JetStream messages into
 // PostgreSQL, each handler inserting one business row, and reports msgs/s.

@@ -354,3 +354,40 @@ func TestOrderedPerKeyUnderConcurrency(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Every event arrives twice (the copies carry only Oncekit-Event-Id, so
+// JetStream stores both) and two batch consumers of one durable, three
+// workers each, race over overlapping batches: each effect exists once.
+func TestConcurrentBatchesWithCopiesEffectOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 300
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	for round := range 2 {
+		for i, id := range ids {
+			rawPublish(t, b.nats.JS, b.subject, map[string]string{broker.HeaderEventID: id.String()}, []byte(strconv.Itoa(i*10+round)))
+		}
+	}
+	var cs []*inbox.Consumer
+	for range 2 {
+		cfg := b.config("c")
+		cfg.BatchSize = 20
+		cfg.Concurrency = 3
+		cs = append(cs, b.start(b.source("d", 5*time.Second), inbox.HandlerFunc(insertEffect), cfg))
+	}
+	require.Eventually(t, func() bool {
+		s0, s1 := cs[0].Stats(), cs[1].Stats()
+		return s0.Processed+s1.Processed+s0.Duplicates+s1.Duplicates == 2*n
+	}, 60*time.Second, 10*time.Millisecond)
+	s0, s1 := cs[0].Stats(), cs[1].Stats()
+	require.EqualValues(t, n, s0.Processed+s1.Processed)
+	require.EqualValues(t, n, s0.Duplicates+s1.Duplicates)
+	eff := b.effects()
+	require.Len(t, eff, n)
+	for _, id := range ids {
+		require.Equal(t, 1, eff[id])
+	}
+}

@@ -32,7 +32,7 @@ func NewStore(schema string) (*Store, error) {
 	return &Store{
 		claim: r(`INSERT INTO {schema}.processed_messages (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`),
 		claimBatch: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
-			SELECT $1, id FROM unnest($2::uuid[]) AS t(id) ORDER BY id
+			SELECT $1, id FROM unnest($2::uuid[]) AS t(id)
 			ON CONFLICT DO NOTHING RETURNING message_id`),
 		unclaim: r(`DELETE FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])`),
 		insertDead: r(`INSERT INTO {schema}.dead_letters (consumer, message_id, subject, payload, headers, reason, attempts)
@@ -65,8 +65,9 @@ func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id
 	return tag.RowsAffected() == 1, nil
 }
 
-// claimAll claims ids in one statement (sorted, so that two batches sharing
-// messages lock them in the same order) and returns those it claimed.
+// claimAll claims ids in one statement and returns those it claimed. The IDs
+// are sorted (unnest keeps array order), so two batches sharing messages lock
+// them in the same order and cannot deadlock on each other's claims.
 func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
 	sorted := uuidArgs(ids)
 	slices.SortFunc(sorted, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
