@@ -1,0 +1,240 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// consumeN is the number of messages each BenchmarkConsume run consumes:
+// ONCEKIT_BENCH_N, default 100,000.
+func consumeN() int { return envInt("ONCEKIT_BENCH_N", 100_000) }
+
+// Every contender runs consumeConcurrency workers (ONCEKIT_BENCH_CONCURRENCY,
+// default 4); the batch consumers process consumeBatch messages per
+// transaction (ONCEKIT_BENCH_BATCH, default 50).
+var (
+	consumeConcurrency = envInt("ONCEKIT_BENCH_CONCURRENCY", 4)
+	consumeBatch       = envInt("ONCEKIT_BENCH_BATCH", 50)
+)
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// BenchmarkConsume consumes N pre-published JetStream messages into
+// PostgreSQL, each handler inserting one business row, and reports msgs/s.
+// One iteration is one whole run (use -benchtime 1x):
+//
+//   - oncekit-batch: inbox.Consumer, BatchSize 50 (one transaction per
+//     batch, a savepoint per message, one claim statement per batch)
+//   - oncekit: inbox.Consumer, one transaction per message
+//   - watermill: watermill router + watermill-nats JetStream subscribers on
+//     the same durable, each message in its own pgx transaction doing the
+//     same claim and insert (what a careful watermill user writes)
+//   - oncekit-noclaim: oncekit-batch with Config.DisableClaim, to price the
+//     dedup claim
+func BenchmarkConsume(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		run  func(b *testing.B, env *consumeEnv)
+	}{
+		{"oncekit-batch", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, false) }},
+		{"oncekit", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, 1, false) }},
+		{"watermill", func(b *testing.B, env *consumeEnv) { env.runWatermill(b) }},
+		{"oncekit-noclaim", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, true) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				env := newConsumeEnv(b, consumeN())
+				b.StartTimer()
+				start := time.Now()
+				c.run(b, env)
+				elapsed := time.Since(start)
+				b.StopTimer()
+				env.check(b)
+				b.ReportMetric(float64(env.n)/elapsed.Seconds(), "msgs/s")
+			}
+		})
+	}
+}
+
+// consumeEnv is one run's fresh schema and stream with N messages in it.
+type consumeEnv struct {
+	n      int
+	db     *testenv.DB
+	nats   *testenv.NATS
+	stream string
+}
+
+func newConsumeEnv(b *testing.B, n int) *consumeEnv {
+	b.Helper()
+	ctx := context.Background()
+	env := &consumeEnv{n: n, db: testenv.NewDB(b), nats: testenv.NewNATS(b), stream: "consume_" + uuid.NewString()[:8]}
+	if _, err := env.db.Pool.Exec(ctx, `CREATE TABLE bench_effects (message_id uuid NOT NULL, payload bytea NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := natsjs.EnsureStream(ctx, env.nats.JS, natsjs.StreamConfig{Name: env.stream, Subjects: []string{env.stream}}); err != nil {
+		b.Fatal(err)
+	}
+	pub, err := natsjs.NewPublisher(env.nats.Conn, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"amount":1250,"currency":"EUR","account":"acc-000123"}`)
+	for off := 0; off < n; off += 1000 {
+		msgs := make([]broker.Message, min(1000, n-off))
+		for i := range msgs {
+			msgs[i] = broker.Message{ID: uuid.New(), Subject: env.stream, Payload: payload}
+		}
+		for _, r := range pub.Publish(ctx, msgs) {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+	return env
+}
+
+func (env *consumeEnv) check(b *testing.B) {
+	b.Helper()
+	var rows int
+	if err := env.db.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT message_id) FROM bench_effects`).Scan(&rows); err != nil {
+		b.Fatal(err)
+	}
+	if rows != env.n {
+		b.Fatalf("%d distinct effects, want %d", rows, env.n)
+	}
+}
+
+const insertEffect = `INSERT INTO bench_effects (message_id, payload) VALUES ($1, $2)`
+
+func (env *consumeEnv) runOncekit(b *testing.B, batch int, noClaim bool) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src, err := natsjs.NewSource(ctx, env.nats.JS, &natsjs.SourceConfig{Stream: env.stream, Durable: "oncekit"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		_, err := tx.Exec(ctx, insertEffect, msg.ID, msg.Payload)
+		return err
+	})
+	c, err := inbox.NewConsumer(env.db.Pool, src, h, &inbox.Config{
+		Name: "bench", Schema: env.db.Schema, Concurrency: consumeConcurrency, BatchSize: batch,
+		DisableClaim: noClaim, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	for c.Stats().Processed < int64(env.n) {
+		select {
+		case err := <-done:
+			b.Fatalf("consumer stopped: %v", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+}
+
+func (env *consumeEnv) runWatermill(b *testing.B) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logger := watermill.NopLogger{}
+	// The durable the subscribers share, like the oncekit source's.
+	stream, err := env.nats.JS.Stream(ctx, env.stream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Name: "watermill__bench__" + env.stream, Durable: "watermill__bench__" + env.stream,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 2048,
+	}); err != nil {
+		b.Fatal(err)
+	}
+	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
+		Conn: env.nats.Conn, Logger: logger, AckAsync: true,
+		ResourceInitializer: wmjs.ExistingConsumer(nil, "bench"),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var processed atomic.Int64
+	claim := fmt.Sprintf(`INSERT INTO %q.processed_messages (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, env.db.Schema)
+	handler := func(msg *message.Message) error {
+		ctx := msg.Context()
+		id, err := uuid.Parse(msg.Metadata.Get(broker.HeaderEventID))
+		if err != nil {
+			return nil // a careful user would dead-letter it; none here
+		}
+		tx, err := env.db.Pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		tag, err := tx.Exec(ctx, claim, "bench", id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // duplicate
+		}
+		if _, err := tx.Exec(ctx, insertEffect, id, msg.Payload); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		processed.Add(1)
+		return nil
+	}
+	for i := range consumeConcurrency {
+		router.AddNoPublisherHandler(fmt.Sprintf("bench-%d", i), env.stream, sub, handler)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := router.Run(ctx); err != nil {
+			b.Error(err)
+		}
+	}()
+	for processed.Load() < int64(env.n) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+}

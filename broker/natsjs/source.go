@@ -1,0 +1,198 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/inbox"
+)
+
+// SourceConfig configures a Source: the durable pull consumer it creates (or
+// updates) on the stream. Only Stream and Durable are required.
+type SourceConfig struct {
+	// Stream the consumer reads. Required.
+	Stream string
+	// Durable is the consumer's name; processes using the same name share
+	// its messages. Required.
+	Durable string
+	// FilterSubjects restricts the consumer to these subjects. Defaults to
+	// every subject of the stream.
+	FilterSubjects []string
+	// AckWait is how long JetStream waits for an ack before redelivering.
+	// Defaults to 30 s.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries per message. Defaults to -1 (unlimited):
+	// the inbox dead-letters after its MaxAttempts, so a message is never
+	// silently dropped by the broker.
+	MaxDeliver int
+	// MaxAckPending bounds the messages delivered and not yet acked across
+	// every process of the durable. Defaults to 2048.
+	MaxAckPending int
+	// Prefetch is how many messages the client buffers ahead of the
+	// consumer. Defaults to 512.
+	Prefetch int
+}
+
+// Source is an inbox.Source over a JetStream durable pull consumer with
+// explicit acks. It is safe for concurrent use; Close stops it.
+type Source struct {
+	js   jetstream.JetStream
+	cons jetstream.Consumer
+	cfg  SourceConfig
+
+	start    sync.Once
+	startErr error
+	cc       jetstream.ConsumeContext
+	msgs     chan jetstream.Msg
+	done     chan struct{}
+	close    sync.Once
+}
+
+var _ inbox.Source = (*Source)(nil)
+
+// ErrInvalidSource is returned for a SourceConfig missing a required field.
+var ErrInvalidSource = errors.New("natsjs: invalid source config")
+
+// ErrSourceClosed is returned by Receive after Close; it is
+// inbox.ErrSourceClosed, so the consumer's Run stops with it.
+var ErrSourceClosed = inbox.ErrSourceClosed
+
+// NewSource creates or updates the durable consumer and returns a Source
+// reading it. Messages are fetched from the first Receive on.
+func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (*Source, error) {
+	var c SourceConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Stream == "" {
+		return nil, fmt.Errorf("%w: Stream is required", ErrInvalidSource)
+	}
+	if c.Durable == "" {
+		return nil, fmt.Errorf("%w: Durable is required", ErrInvalidSource)
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = -1
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = 2048
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 512
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
+		Durable:        c.Durable,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxDeliver:     c.MaxDeliver,
+		MaxAckPending:  c.MaxAckPending,
+		FilterSubjects: c.FilterSubjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: consumer %s on %s: %w", c.Durable, c.Stream, err)
+	}
+	return &Source{js: js, cons: cons, cfg: c, msgs: make(chan jetstream.Msg, c.Prefetch), done: make(chan struct{})}, nil
+}
+
+func (s *Source) consume() error {
+	s.start.Do(func() {
+		s.cc, s.startErr = s.cons.Consume(func(m jetstream.Msg) {
+			select {
+			case s.msgs <- m:
+			case <-s.done:
+			}
+		}, jetstream.PullMaxMessages(s.cfg.Prefetch))
+	})
+	return s.startErr
+}
+
+// Receive implements inbox.Source.
+func (s *Source) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+	if err := s.consume(); err != nil {
+		return nil, fmt.Errorf("natsjs: consume %s: %w", s.cfg.Durable, err)
+	}
+	var first jetstream.Msg
+	select {
+	case first = <-s.msgs:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.done:
+		return nil, ErrSourceClosed
+	}
+	out := make([]inbox.Delivery, 0, max)
+	out = append(out, delivery{first})
+	for len(out) < max {
+		select {
+		case m := <-s.msgs:
+			out = append(out, delivery{m})
+		default:
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+// Limits implements inbox.Source from the consumer's and the stream's
+// current configuration.
+func (s *Source) Limits(ctx context.Context) (inbox.SourceLimits, error) {
+	ci, err := s.cons.Info(ctx)
+	if err != nil {
+		return inbox.SourceLimits{}, fmt.Errorf("natsjs: consumer info: %w", err)
+	}
+	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return inbox.SourceLimits{}, fmt.Errorf("natsjs: stream %s: %w", s.cfg.Stream, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return inbox.SourceLimits{}, fmt.Errorf("natsjs: stream info: %w", err)
+	}
+	return inbox.SourceLimits{AckWait: ci.Config.AckWait, MaxDeliver: ci.Config.MaxDeliver, Duplicates: si.Config.Duplicates}, nil
+}
+
+// Close stops fetching. Messages buffered and not yet received are
+// redelivered by JetStream after AckWait.
+func (s *Source) Close() {
+	s.close.Do(func() {
+		close(s.done)
+		s.start.Do(func() { s.startErr = ErrSourceClosed })
+		if s.cc != nil {
+			s.cc.Stop()
+		}
+	})
+}
+
+// delivery adapts a jetstream.Msg to inbox.Delivery.
+type delivery struct{ m jetstream.Msg }
+
+func (d delivery) Subject() string              { return d.m.Subject() }
+func (d delivery) Data() []byte                 { return d.m.Data() }
+func (d delivery) Header(name string) string    { return d.m.Headers().Get(name) }
+func (d delivery) Headers() map[string][]string { return d.m.Headers() }
+func (d delivery) Ack(context.Context) error    { return d.m.Ack() }
+func (d delivery) InProgress(context.Context) error {
+	return d.m.InProgress()
+}
+
+func (d delivery) Nak(_ context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return d.m.Nak()
+	}
+	return d.m.NakWithDelay(delay)
+}
+
+func (d delivery) Attempt() int {
+	md, err := d.m.Metadata()
+	if err != nil {
+		return 1
+	}
+	return int(md.NumDelivered)
+}

@@ -1,0 +1,67 @@
+package natsjs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+func TestSourceDeliversWithMetadataAndLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := testenv.NewNATS(t)
+	name := testenv.Name(t)
+	_, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Duplicates: time.Minute})
+	require.NoError(t, err)
+	src, err := natsjs.NewSource(ctx, n.JS, &natsjs.SourceConfig{Stream: name, Durable: "d", AckWait: 2 * time.Second, MaxDeliver: 50})
+	require.NoError(t, err)
+	defer src.Close()
+
+	l, err := src.Limits(ctx)
+	require.NoError(t, err)
+	require.Equal(t, inbox.SourceLimits{AckWait: 2 * time.Second, MaxDeliver: 50, Duplicates: time.Minute}, l)
+
+	pub, err := natsjs.NewPublisher(n.Conn, nil)
+	require.NoError(t, err)
+	id := uuid.New()
+	res := pub.Publish(ctx, []broker.Message{{ID: id, Subject: name + ".a", Key: "k", Payload: []byte("x")}})
+	require.NoError(t, res[0].Err)
+
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ds, err := src.Receive(rctx, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	d := ds[0]
+	require.Equal(t, id.String(), d.Header(broker.HeaderMsgID))
+	require.Equal(t, "k", d.Header(broker.HeaderKey))
+	require.Equal(t, name+".a", d.Subject())
+	require.Equal(t, 1, d.Attempt())
+	require.NoError(t, d.Nak(ctx, 0))
+
+	ds, err = src.Receive(rctx, 10) // redelivered at once
+	require.NoError(t, err)
+	require.Equal(t, 2, ds[0].Attempt())
+	require.NoError(t, ds[0].Ack(ctx))
+
+	src.Close()
+	_, err = src.Receive(rctx, 1)
+	require.ErrorIs(t, err, natsjs.ErrSourceClosed)
+}
+
+func TestNewSourceValidates(t *testing.T) {
+	t.Parallel()
+	n := testenv.NewNATS(t)
+	_, err := natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Durable: "d"})
+	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s"})
+	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+}

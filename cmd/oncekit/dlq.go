@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+)
+
+func init() {
+	register(&command{name: "dlq", summary: "list, show, replay or purge the inbox's dead letters (list | show | replay | purge)", run: runDLQ})
+}
+
+const dlqUsage = `dlq <subcommand> [flags] [ID...]
+
+subcommands:
+  list                 pending dead letters (--all includes replayed ones)
+  show ID              one dead letter with its payload and headers
+  replay ID...         republish to JetStream with the original ID (Nats-Msg-Id) and mark replayed
+  purge                delete dead letters: --id, --older-than, --replayed or --all
+
+flags go before the IDs`
+
+func runDLQ(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "dlq", dlqUsage)
+	var db dbFlags
+	var nf natsFlags
+	db.register(fs, e)
+	nf.register(fs, e)
+	consumer := fs.String("consumer", "", "only this consumer's dead letters")
+	all := fs.Bool("all", false, "list: include replayed; purge: delete every selected row")
+	limit := fs.Int("limit", 100, "list: at most this many rows")
+	assignID := fs.Bool("assign-id", false, "replay: give a message without a valid ID a deterministic one")
+	id := fs.Int64("id", 0, "purge: only this dead letter")
+	olderThan := fs.Duration("older-than", 0, "purge: only rows older than this")
+	replayed := fs.Bool("replayed", false, "purge: only rows already replayed")
+	if len(args) == 0 {
+		fs.Usage()
+		return usagef("missing subcommand: list, show, replay or purge")
+	}
+	sub := args[0]
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	ids, err := parseIDs(fs.Args())
+	if err != nil {
+		return err
+	}
+	store, err := inbox.NewStore(db.schema)
+	if err != nil {
+		return usagef("--schema: %v", err)
+	}
+	switch sub {
+	case "list", "show", "replay", "purge":
+	default:
+		return usagef("unknown subcommand %q: want list, show, replay or purge", sub)
+	}
+	if (sub == "show" || sub == "replay") && len(ids) == 0 {
+		return usagef("dlq %s: at least one dead letter ID is required", sub)
+	}
+	if sub == "purge" && *id == 0 && *olderThan == 0 && !*replayed && !*all {
+		return usagef("dlq purge: say what to delete: --id, --older-than, --replayed or --all")
+	}
+	pool, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	switch sub {
+	case "list":
+		dls, err := store.ListDeadLetters(ctx, pool, inbox.DeadLetterFilter{Consumer: *consumer, IncludeReplayed: *all, Limit: *limit})
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tCONSUMER\tMESSAGE ID\tSUBJECT\tATTEMPTS\tCREATED\tREPLAYED\tREASON")
+		for _, dl := range dls {
+			rep := "-"
+			if dl.ReplayedAt != nil {
+				rep = dl.ReplayedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
+				dl.Attempts, dl.CreatedAt.UTC().Format(time.RFC3339), rep, oneLine(dl.Reason, 80))
+		}
+		return tw.Flush()
+	case "show":
+		for _, n := range ids {
+			dl, err := store.GetDeadLetter(ctx, pool, n)
+			if err != nil {
+				return fmt.Errorf("dead letter %d: %w", n, err)
+			}
+			printDeadLetter(e, dl)
+		}
+		return nil
+	case "replay":
+		nc, err := nf.connect("oncekit dlq")
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		pub, err := natsjs.NewPublisher(nc, nil)
+		if err != nil {
+			return err
+		}
+		var failed error
+		for _, n := range ids {
+			dl, err := store.Replay(ctx, pool, pub, n, inbox.ReplayOptions{AssignID: *assignID})
+			if err != nil {
+				failed = errors.Join(failed, fmt.Errorf("dead letter %d: %w", n, err))
+				continue
+			}
+			fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s\n", dl.ID, orDash(dl.MessageID), dl.Subject)
+		}
+		return failed
+	default: // purge
+		var before time.Time
+		if *olderThan > 0 {
+			before = time.Now().Add(-*olderThan)
+		}
+		n, err := store.PurgeDeadLetters(ctx, pool, inbox.PurgeFilter{Consumer: *consumer, ID: *id, Before: before, ReplayedOnly: *replayed})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "purged %d dead letters\n", n)
+		return nil
+	}
+}
+
+func parseIDs(args []string) ([]int64, error) {
+	var ids []int64
+	for _, a := range args {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, usagef("%q is not a dead letter ID (flags go before the IDs)", a)
+		}
+		ids = append(ids, n)
+	}
+	return ids, nil
+}
+
+func printDeadLetter(e *env, dl inbox.DeadLetter) {
+	fmt.Fprintf(e.stdout, "id:         %d\nconsumer:   %s\nmessage id: %s\nsubject:    %s\nattempts:   %d\ncreated:    %s\n",
+		dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject, dl.Attempts, dl.CreatedAt.UTC().Format(time.RFC3339))
+	if dl.ReplayedAt != nil {
+		fmt.Fprintf(e.stdout, "replayed:   %s\n", dl.ReplayedAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(e.stdout, "reason:     %s\nheaders:\n", dl.Reason)
+	keys := make([]string, 0, len(dl.Headers))
+	for k := range dl.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(e.stdout, "  %s: %s\n", k, strings.Join(dl.Headers[k], ", "))
+	}
+	if utf8.Valid(dl.Payload) {
+		fmt.Fprintf(e.stdout, "payload (%d bytes):\n%s\n", len(dl.Payload), dl.Payload)
+	} else {
+		fmt.Fprintf(e.stdout, "payload (%d bytes, binary):\n%x\n", len(dl.Payload), dl.Payload)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}

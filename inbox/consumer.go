@@ -1,0 +1,293 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// Consumer processes the messages of a Source with a Handler, once each.
+type Consumer struct {
+	db    pgsql.DB
+	src   Source
+	h     Handler
+	cfg   Config
+	store *Store
+	m     *metrics
+	log   *slog.Logger
+
+	retried, dead atomic.Int64
+	running       atomic.Bool
+}
+
+// NewConsumer returns a Consumer that reads src and runs h for each message
+// in a transaction on db (a *pgxpool.Pool). cfg must set at least Name.
+func NewConsumer(db pgsql.DB, src Source, h Handler, cfg *Config) (*Consumer, error) {
+	if db == nil || src == nil || h == nil {
+		return nil, fmt.Errorf("%w: db, source and handler are required", ErrInvalidConfig)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	store, err := NewStore(c.Schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		db: db, src: src, h: h, cfg: c, store: store,
+		m:   newMetrics(c.Registerer, c.Name),
+		log: c.Logger.With("consumer", c.Name),
+	}, nil
+}
+
+// Stats are a consumer's counts since it was created.
+type Stats struct {
+	Processed, Duplicates, Retried, DeadLettered int64
+}
+
+// Stats returns the consumer's counts so far.
+func (c *Consumer) Stats() Stats {
+	return Stats{
+		Processed:    c.m.nProcessed.Load(),
+		Duplicates:   c.m.nDuplicates.Load(),
+		Retried:      c.retried.Load(),
+		DeadLettered: c.dead.Load(),
+	}
+}
+
+// CheckRetention returns ErrRetentionTooShort when the configured Retention
+// does not exceed the source's redelivery horizon (see Horizon).
+func (c *Consumer) CheckRetention(ctx context.Context) error {
+	if c.cfg.Retention < 0 {
+		return nil
+	}
+	l, err := c.src.Limits(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: read source limits: %w", err)
+	}
+	if l.MaxDeliver > 0 && l.MaxDeliver <= c.cfg.MaxAttempts {
+		return fmt.Errorf("%w: MaxAttempts %d must be below the source's MaxDeliver %d, or the broker stops redelivering before the consumer dead-letters",
+			ErrInvalidConfig, c.cfg.MaxAttempts, l.MaxDeliver)
+	}
+	h := Horizon(l, c.cfg.MaxAttempts, c.cfg.Backoff(c.cfg.MaxAttempts))
+	if c.cfg.Retention <= h {
+		return fmt.Errorf("%w: Retention %s <= horizon %s (ack wait %s, max deliver %d, dedup window %s, max attempts %d)",
+			ErrRetentionTooShort, c.cfg.Retention, h, l.AckWait, l.MaxDeliver, l.Duplicates, c.cfg.MaxAttempts)
+	}
+	return nil
+}
+
+// Run checks the retention against the source's horizon, then processes
+// messages until ctx ends. Messages in flight when ctx ends are finished
+// (their transactions are not cut short, and handlers get a context that is
+// not cancelled); messages received but not started are handed back to the
+// broker (nak without delay). Run returns nil after a clean stop, and
+// ErrSourceClosed if the source was closed under it.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("inbox: Run called twice")
+	}
+	defer c.running.Store(false)
+	if err := c.CheckRetention(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	if c.cfg.Retention > 0 && !c.cfg.DisableClaim {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.retain(ctx) }()
+	}
+	lanes := 1
+	if c.cfg.Ordered {
+		lanes = c.cfg.Concurrency
+	}
+	chans := make([]chan *item, lanes)
+	for i := range chans {
+		chans[i] = make(chan *item, c.cfg.BatchSize*c.cfg.Concurrency/lanes+c.cfg.BatchSize)
+	}
+	for i := range c.cfg.Concurrency {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.work(ctx, chans[i%lanes]) }()
+	}
+	err := c.receive(ctx, chans)
+	for _, ch := range chans {
+		close(ch)
+	}
+	wg.Wait()
+	c.log.Info("inbox consumer stopped")
+	return err
+}
+
+// receive reads the source and hands messages to the lanes until ctx ends
+// (nil) or the source is closed (ErrSourceClosed).
+func (c *Consumer) receive(ctx context.Context, lanes []chan *item) error {
+	c.log.Info("inbox consumer started", "concurrency", c.cfg.Concurrency, "batch_size", c.cfg.BatchSize, "ordered", c.cfg.Ordered)
+	for ctx.Err() == nil {
+		ds, err := c.src.Receive(ctx, c.cfg.BatchSize)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrSourceClosed) {
+				return err
+			}
+			c.log.Warn("inbox receive failed", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		for _, d := range ds {
+			it := c.decode(d)
+			select {
+			case lanes[laneOf(it, len(lanes))] <- it:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func laneOf(it *item, n int) int {
+	if n == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	switch {
+	case it.msg != nil && it.msg.Key != "":
+		h.Write([]byte(it.msg.Key))
+	case it.msg != nil:
+		h.Write(it.msg.ID[:])
+	}
+	return int(h.Sum32() % uint32(n))
+}
+
+// work processes batches from ch until it is closed.
+func (c *Consumer) work(ctx context.Context, ch chan *item) {
+	pctx := context.WithoutCancel(ctx) // finish what was started
+	batch := make([]*item, 0, c.cfg.BatchSize)
+	for {
+		it, ok := <-ch
+		if !ok {
+			return
+		}
+		if ctx.Err() != nil {
+			// Stopping: hand what was received but not started back to
+			// the broker at once.
+			_ = it.d.Nak(pctx, 0)
+			continue
+		}
+		batch = append(batch[:0], it)
+	fill:
+		for len(batch) < c.cfg.BatchSize {
+			select {
+			case it, ok := <-ch:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, it)
+			default:
+				break fill
+			}
+		}
+		retry := c.process(pctx, batch)
+		// Ordered mode: retry in place so nothing behind overtakes.
+		for len(retry) > 0 {
+			if !c.waitRetry(ctx, retry) {
+				return // stopping: the broker redelivers them
+			}
+			retry = c.process(pctx, retry)
+		}
+	}
+}
+
+// waitRetry sleeps for the backoff of the first failed message, keeping the
+// broker from redelivering the waiting messages meanwhile.
+func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
+	var delay time.Duration
+	for _, it := range retry {
+		if it.failed {
+			delay = max(delay, c.cfg.Backoff(it.attempt))
+			it.attempt++
+			it.failed = false
+		}
+	}
+	deadline := time.Now().Add(delay)
+	tick := time.NewTicker(max(delay/2, time.Second))
+	defer tick.Stop()
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-tick.C:
+			if time.Until(deadline) > 0 {
+				for _, it := range retry {
+					_ = it.d.InProgress(ctx)
+				}
+			}
+		}
+	}
+}
+
+// item is one delivery on its way through the consumer.
+type item struct {
+	d       Delivery
+	msg     *Message // nil when the delivery has no valid ID
+	rawID   string
+	reason  string // dead-letter reason decided before the handler
+	attempt int
+	failed  bool // ordered retry: this one failed (vs. waits behind one)
+}
+
+func (c *Consumer) decode(d Delivery) *item {
+	raw := d.Header(broker.HeaderMsgID)
+	if raw == "" {
+		raw = d.Header(broker.HeaderEventID)
+	}
+	it := &item{d: d, rawID: raw, attempt: max(d.Attempt(), 1)}
+	if raw == "" {
+		it.reason = ReasonNoID
+		return it
+	}
+	id, err := uuid.Parse(raw)
+	if err != nil || id == uuid.Nil {
+		it.reason = invalidID(raw)
+		return it
+	}
+	hs := d.Headers()
+	headers := make(map[string]string, len(hs))
+	for k, v := range hs {
+		if len(v) > 0 {
+			headers[k] = v[0]
+		}
+	}
+	it.msg = &Message{
+		ID: id, Subject: d.Subject(), Key: headers[broker.HeaderKey],
+		Payload: d.Data(), Headers: headers, Attempt: it.attempt,
+	}
+	return it
+}
+
+func (c *Consumer) logger(it *item) *slog.Logger {
+	return c.log.With("message_id", it.rawID, "subject", it.d.Subject(), "attempt", it.attempt)
+}

@@ -1,0 +1,393 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+)
+
+func TestProcessesEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 20} {
+		t.Run(map[int]string{1: "single", 20: "batch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			msgs := make([]broker.Message, 200)
+			for i := range msgs {
+				msgs[i] = b.msg("", i)
+			}
+			b.publish(msgs...)
+			cfg := b.config("c")
+			cfg.BatchSize = batch
+			c := b.start(b.source("d", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+			waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 200 })
+			eff := b.effects()
+			require.Len(t, eff, 200)
+			for _, m := range msgs {
+				require.Equal(t, 1, eff[m.ID])
+			}
+			require.Equal(t, 200, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'c'`))
+		})
+	}
+}
+
+// A copy of an event republished under a new broker sequence (after the
+// broker's dedup window) is absorbed by the claim.
+func TestRepublishedCopyIsDuplicate(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 20} {
+		t.Run(map[int]string{1: "single", 20: "batch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			b := setupStream(t, natsjs.StreamConfig{Duplicates: 100 * time.Millisecond})
+			m := b.msg("", 1)
+			first := b.publish(m)[0]
+			var again broker.Result
+			require.Eventually(t, func() bool { // until the dedup window has passed
+				again = b.pub.Publish(context.Background(), []broker.Message{m})[0]
+				return again.Err == nil && !again.Duplicate
+			}, 10*time.Second, 50*time.Millisecond)
+			require.NotEqual(t, first.Sequence, again.Sequence, "a new broker sequence")
+
+			cfg := b.config("c")
+			cfg.BatchSize = batch
+			cfg.Retention = -1
+			c := b.start(b.source("d", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+			waitStats(t, c, func(s inbox.Stats) bool { return s.Processed+s.Duplicates == 2 })
+			require.Equal(t, inbox.Stats{Processed: 1, Duplicates: 1}, c.Stats())
+			require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
+
+			reg := cfg.Registerer.(*prometheus.Registry)
+			require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP oncekit_inbox_dedup_hit_ratio Duplicates / (processed + duplicates) since the consumer started.
+# TYPE oncekit_inbox_dedup_hit_ratio gauge
+oncekit_inbox_dedup_hit_ratio{consumer="c"} 0.5
+# HELP oncekit_inbox_duplicates_total Messages acknowledged as duplicates of an existing claim.
+# TYPE oncekit_inbox_duplicates_total counter
+oncekit_inbox_duplicates_total{consumer="c"} 1
+# HELP oncekit_inbox_processed_total Messages whose handler committed.
+# TYPE oncekit_inbox_processed_total counter
+oncekit_inbox_processed_total{consumer="c"} 1
+`), "oncekit_inbox_dedup_hit_ratio", "oncekit_inbox_duplicates_total", "oncekit_inbox_processed_total"))
+			require.Equal(t, 1, testutil.CollectAndCount(reg, "oncekit_inbox_handler_seconds"))
+			require.Equal(t, 1, testutil.CollectAndCount(reg, "oncekit_inbox_batch_size"))
+		})
+	}
+}
+
+// blockFirst returns a handler whose first call blocks until release is
+// closed, then writes the effect.
+func blockFirst(release <-chan struct{}) inbox.Handler {
+	var calls atomic.Int32
+	return inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if calls.Add(1) == 1 {
+			if err := insertEffect(ctx, tx, msg); err != nil {
+				return err
+			}
+			<-release
+			return nil
+		}
+		return insertEffect(ctx, tx, msg)
+	})
+}
+
+// The first delivery outlives the ack wait; JetStream redelivers it to
+// another worker, whose claim waits for the first transaction and then finds
+// the claim: one effect, one duplicate.
+func TestRedeliveryAfterAckTimeoutIsDuplicate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	cfg := b.config("c")
+	cfg.Concurrency = 2
+	cfg.Retention = -1
+	c := b.start(b.source("d", 500*time.Millisecond), blockFirst(release), cfg)
+	m := b.msg("", 1)
+	b.publish(m)
+	b.waitLockWaiter() // the redelivery is blocked on the first claim
+	close(release)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 && s.Duplicates == 1 })
+	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
+}
+
+// Two consumer processes of one durable race on the same message.
+func TestTwoConsumersOfOneDurableRace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	h := blockFirst(release)
+	var cs []*inbox.Consumer
+	for range 2 {
+		cfg := b.config("c")
+		cfg.Concurrency = 1
+		cfg.Retention = -1
+		cs = append(cs, b.start(b.source("d", 500*time.Millisecond), h, cfg))
+	}
+	m := b.msg("", 1)
+	b.publish(m)
+	b.waitLockWaiter()
+	close(release)
+	require.Eventually(t, func() bool {
+		s0, s1 := cs[0].Stats(), cs[1].Stats()
+		return s0.Processed+s1.Processed == 1 && s0.Duplicates+s1.Duplicates == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
+	// Each consumer took one delivery: the race was real.
+	require.EqualValues(t, 1, cs[0].Stats().Processed+cs[0].Stats().Duplicates)
+}
+
+func TestHandlerFailingTwiceThenSucceeding(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	var calls []time.Time
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		mu.Unlock()
+		if err := insertEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		if msg.Attempt < 3 {
+			return errors.New("downstream not ready")
+		}
+		return nil
+	})
+	cfg := b.config("c")
+	cfg.Backoff = inbox.ExponentialBackoff(200*time.Millisecond, time.Second)
+	c := b.start(b.source("d", 5*time.Second), h, cfg)
+	m := b.msg("", 1)
+	b.publish(m)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 })
+	require.Equal(t, inbox.Stats{Processed: 1, Retried: 2}, c.Stats())
+	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
+	require.Equal(t, 3, b.count(`SELECT attempt FROM effects`), "the effect committed on attempt 3")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 3)
+	require.GreaterOrEqual(t, calls[1].Sub(calls[0]), 200*time.Millisecond, "first backoff")
+	require.GreaterOrEqual(t, calls[2].Sub(calls[1]), 400*time.Millisecond, "second backoff, doubled")
+}
+
+func TestPanicIsRetriedNotFatal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.Attempt == 1 {
+			panic("boom")
+		}
+		return insertEffect(ctx, tx, msg)
+	})
+	c := b.start(b.source("d", 5*time.Second), h, b.config("c"))
+	m := b.msg("", 1)
+	b.publish(m)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 })
+	require.Equal(t, inbox.Stats{Processed: 1, Retried: 1}, c.Stats())
+	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
+}
+
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 10} {
+		t.Run(map[int]string{1: "single", 10: "batch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+				if err := insertEffect(ctx, tx, msg); err != nil {
+					return err
+				}
+				switch string(msg.Payload) {
+				case "poison":
+					return inbox.Permanent(errors.New("cannot decode payload"))
+				case "flaky":
+					return errors.New("always failing")
+				}
+				return nil
+			})
+			cfg := b.config("c")
+			cfg.BatchSize = batch
+			cfg.MaxAttempts = 3
+			poison := broker.Message{ID: uuid.New(), Subject: b.subject, Payload: []byte("poison"), Headers: map[string]string{"X-Tenant": "t1"}}
+			flaky := broker.Message{ID: uuid.New(), Subject: b.subject, Payload: []byte("flaky")}
+			good := b.msg("", 7)
+			b.publish(poison, flaky, good)
+			rawPublish(t, b.nats.JS, b.subject, nil, []byte("no id"))
+			rawPublish(t, b.nats.JS, b.subject, map[string]string{broker.HeaderEventID: "not-a-uuid"}, []byte("bad id"))
+			c := b.start(b.source("d", 5*time.Second), h, cfg)
+			waitStats(t, c, func(s inbox.Stats) bool { return s.DeadLettered == 4 && s.Processed == 1 })
+
+			type row struct {
+				MessageID, Reason string
+				Attempts          int
+				Payload           string
+			}
+			rows, err := b.db.Pool.Query(context.Background(), `SELECT message_id, reason, attempts, convert_from(payload, 'UTF8') FROM dead_letters ORDER BY id`)
+			require.NoError(t, err)
+			got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+			require.NoError(t, err)
+			require.ElementsMatch(t, []row{
+				{poison.ID.String(), "permanent: cannot decode payload", 1, "poison"},
+				{flaky.ID.String(), "max attempts reached: always failing", 3, "flaky"},
+				{"", inbox.ReasonNoID, 1, "no id"},
+				{"not-a-uuid", `invalid message id "not-a-uuid"`, 1, "bad id"},
+			}, got)
+			require.Equal(t, `"t1"`, func() string {
+				var h string
+				require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+					`SELECT headers->'X-Tenant'->>0 FROM dead_letters WHERE message_id = $1`, poison.ID.String()).Scan(&h))
+				return `"` + h + `"`
+			}())
+			// Dead-lettering leaves no claim and no effect.
+			require.Equal(t, 1, b.count(`SELECT count(*) FROM processed_messages`))
+			require.Equal(t, map[uuid.UUID]int{good.ID: 1}, b.effects())
+		})
+	}
+}
+
+func TestBatchWithOneFailingMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	msgs := make([]broker.Message, 10)
+	for i := range msgs {
+		msgs[i] = b.msg("", i)
+	}
+	failing := msgs[4].ID
+	var mu sync.Mutex
+	calls := map[uuid.UUID][]int{}
+	var committedBeforeRetry atomic.Int64
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		mu.Lock()
+		calls[msg.ID] = append(calls[msg.ID], msg.Attempt)
+		mu.Unlock()
+		if msg.ID == failing && msg.Attempt == 1 {
+			// A real SQL error: the transaction is aborted until the
+			// consumer rolls back to this message's savepoint.
+			_, err := tx.Exec(ctx, `INSERT INTO effects (message_id) VALUES (NULL)`)
+			require.Error(t, err)
+			return err
+		}
+		if msg.ID == failing {
+			var n int64
+			if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&n); err != nil {
+				return err
+			}
+			committedBeforeRetry.Store(n)
+		}
+		return insertEffect(ctx, tx, msg)
+	})
+	b.publish(msgs...) // before the consumer starts, so they come as one batch
+	cfg := b.config("c")
+	cfg.BatchSize = 10
+	cfg.Concurrency = 1
+	c := b.start(b.source("d", 5*time.Second), h, cfg)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 10 })
+	require.Equal(t, inbox.Stats{Processed: 10, Retried: 1}, c.Stats())
+	eff := b.effects()
+	require.Len(t, eff, 10)
+	for _, m := range msgs {
+		require.Equal(t, 1, eff[m.ID])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range msgs {
+		if m.ID == failing {
+			require.Equal(t, []int{1, 2}, calls[m.ID], "the failing message is retried")
+		} else {
+			require.Equal(t, []int{1}, calls[m.ID], "the others ran once")
+		}
+	}
+	require.EqualValues(t, 9, committedBeforeRetry.Load(), "the other nine committed before the retry ran alone")
+}
+
+func TestOrderedPerKeyUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const keys, perKey = 500, 4
+	var msgs []broker.Message
+	for seq := 1; seq <= perKey; seq++ {
+		for k := range keys {
+			msgs = append(msgs, b.msg("key-"+itoa(k), seq))
+		}
+	}
+	b.publish(msgs...)
+	// Fail about one first attempt in 25, so in-place retries are exercised.
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.Attempt == 1 && msg.ID[0]%25 == 0 {
+			return errors.New("transient")
+		}
+		return insertEffect(ctx, tx, msg)
+	})
+	for _, batch := range []int{1, 16} {
+		cfg := b.config("ordered-" + itoa(batch))
+		cfg.Ordered = true
+		cfg.Concurrency = 8
+		cfg.BatchSize = batch
+		cfg.Backoff = inbox.ExponentialBackoff(5*time.Millisecond, 20*time.Millisecond)
+		c := b.start(b.source("d"+itoa(batch), 30*time.Second), h, cfg)
+		waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == keys*perKey })
+		require.Positive(t, c.Stats().Retried)
+		// Effects of one key were written in publication order.
+		var bad int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+			SELECT count(*) FROM (
+				SELECT seq, lag(seq) OVER (PARTITION BY key ORDER BY id) AS prev FROM effects
+			) s WHERE prev IS NOT NULL AND seq <> prev + 1`).Scan(&bad))
+		require.Zero(t, bad, "out-of-order effects (batch %d)", batch)
+		require.Equal(t, keys*perKey, b.count(`SELECT count(DISTINCT message_id) FROM effects`))
+		_, err := b.db.Pool.Exec(context.Background(), `TRUNCATE effects`)
+		require.NoError(t, err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// Every event arrives twice (the copies carry only Oncekit-Event-Id, so
+// JetStream stores both) and two batch consumers of one durable, three
+// workers each, race over overlapping batches: each effect exists once.
+func TestConcurrentBatchesWithCopiesEffectOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 300
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	for round := range 2 {
+		for i, id := range ids {
+			rawPublish(t, b.nats.JS, b.subject, map[string]string{broker.HeaderEventID: id.String()}, []byte(strconv.Itoa(i*10+round)))
+		}
+	}
+	var cs []*inbox.Consumer
+	for range 2 {
+		cfg := b.config("c")
+		cfg.BatchSize = 20
+		cfg.Concurrency = 3
+		cs = append(cs, b.start(b.source("d", 5*time.Second), inbox.HandlerFunc(insertEffect), cfg))
+	}
+	require.Eventually(t, func() bool {
+		s0, s1 := cs[0].Stats(), cs[1].Stats()
+		return s0.Processed+s1.Processed+s0.Duplicates+s1.Duplicates == 2*n
+	}, 60*time.Second, 10*time.Millisecond)
+	s0, s1 := cs[0].Stats(), cs[1].Stats()
+	require.EqualValues(t, n, s0.Processed+s1.Processed)
+	require.EqualValues(t, n, s0.Duplicates+s1.Duplicates)
+	eff := b.effects()
+	require.Len(t, eff, n)
+	for _, id := range ids {
+		require.Equal(t, 1, eff[id])
+	}
+}

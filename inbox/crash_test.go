@@ -1,0 +1,125 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/crashpoint"
+)
+
+const helperEnv = "INBOX_TEST_HELPER"
+
+// TestHelperProcess is not a test: it is the consumer process the crash
+// tests start (and kill) by re-executing the test binary.
+func TestHelperProcess(t *testing.T) {
+	if os.Getenv(helperEnv) != "consumer" {
+		t.Skip("helper process only")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("INBOX_DB_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(os.Getenv("INBOX_NATS_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{
+		Stream: os.Getenv("INBOX_STREAM"), Durable: "d", AckWait: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, _ := strconv.Atoi(os.Getenv("INBOX_BATCH"))
+	c, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(insertEffect), &inbox.Config{
+		Name: "c", Schema: os.Getenv("INBOX_SCHEMA"), BatchSize: batch, Concurrency: 1, Logger: testLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Run(ctx) // until killed
+}
+
+// A consumer process is SIGKILLed around the commit; a restarted consumer
+// settles every message and each effect exists once.
+func TestCrashedConsumerEffectsOnce(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts subprocesses")
+	}
+	for _, tc := range []struct {
+		name  string
+		point string
+		batch int
+	}{
+		{"single/after-commit", inbox.CrashAfterCommit, 1},
+		{"single/before-commit", inbox.CrashBeforeCommit, 1},
+		{"batch/after-commit", inbox.CrashAfterCommit, 5},
+		{"batch/before-commit", inbox.CrashBeforeCommit, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			msgs := make([]broker.Message, 5)
+			for i := range msgs {
+				msgs[i] = b.msg("", i)
+			}
+			b.publish(msgs...)
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$")
+			cmd.Env = append(os.Environ(),
+				helperEnv+"=consumer",
+				"INBOX_DB_URL="+b.db.URL,
+				"INBOX_SCHEMA="+b.db.Schema,
+				"INBOX_NATS_URL="+b.nats.URL,
+				"INBOX_STREAM="+b.stream,
+				"INBOX_BATCH="+strconv.Itoa(tc.batch),
+				crashpoint.EnvVar+"="+tc.point,
+			)
+			cmd.Stderr = os.Stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			require.True(t, errors.As(err, &ee), "the helper must die: %v", err)
+			ws, ok := ee.Sys().(syscall.WaitStatus)
+			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v", err)
+
+			committed := len(b.effects())
+			if tc.point == inbox.CrashAfterCommit {
+				require.Positive(t, committed, "the transaction committed before the kill")
+			} else {
+				require.Zero(t, committed, "nothing committed before the kill")
+			}
+			require.Equal(t, committed, b.count(`SELECT count(*) FROM processed_messages`))
+
+			// The restarted consumer gets the unacked messages after the ack wait.
+			c := b.start(b.source("d", time.Second), inbox.HandlerFunc(insertEffect), b.config("c"))
+			waitStats(t, c, func(s inbox.Stats) bool { return s.Processed+s.Duplicates == int64(len(msgs)) })
+			require.EqualValues(t, committed, c.Stats().Duplicates, "what committed before the kill comes back as duplicates")
+			eff := b.effects()
+			require.Len(t, eff, len(msgs))
+			for _, m := range msgs {
+				require.Equal(t, 1, eff[m.ID], "effect once")
+			}
+		})
+	}
+}

@@ -1,0 +1,48 @@
+// Package inbox makes event consumers idempotent: each delivered message is
+// claimed in processed_messages in the same PostgreSQL transaction as the
+// handler's writes, and the broker is acknowledged only after that
+// transaction committed.
+//
+// For every message the Consumer runs
+//
+//	BEGIN
+//	INSERT INTO processed_messages (consumer, message_id) ... ON CONFLICT DO NOTHING
+//	-- claimed: run the Handler with this transaction; not claimed: duplicate
+//	COMMIT
+//	ack
+//
+// The dedup identity is the event's own ID (the Nats-Msg-Id header, or
+// Oncekit-Event-Id), never the broker's sequence number, so a republished copy
+// of an event is absorbed exactly like a redelivery. A duplicate is
+// acknowledged at once and counted. A commit whose outcome is unknown (the
+// connection broke during COMMIT) is never acknowledged: the broker redelivers
+// and the claim settles it.
+//
+// Failures lose nothing. A handler error rolls the transaction back and asks
+// the broker to redeliver after an exponential backoff (capped); a panicking
+// handler is recovered as an error. Errors wrapped with Permanent, messages
+// without a valid ID and messages that failed MaxAttempts times are written to
+// the dead_letters table (payload, headers, subject, reason, attempts) and then
+// acknowledged. Dead-lettering leaves no claim, so a replay (`oncekit dlq
+// replay`, which republishes with the original ID) is processed once, and
+// replaying a message that was in fact processed is absorbed as a duplicate.
+//
+// Batch mode (Config.BatchSize > 1) processes many messages in one
+// transaction: one statement claims the whole batch, each message's handler
+// runs under its own SAVEPOINT, and a failing message rolls back only its
+// savepoint and its claim; it is retried alone while the others commit. This
+// is what lifts throughput past one commit per message.
+//
+// Ordered mode (Config.Ordered) keeps the messages of one key (the
+// Oncekit-Key header) in order while different keys run in parallel: keys are
+// hashed onto Concurrency lanes, and a failing message is retried in place
+// (with the same backoff) so that nothing behind it on its lane overtakes it.
+//
+// processed_messages is pruned in bounded batches (Config.Retention). At
+// start the Consumer refuses a retention shorter than the source's redelivery
+// horizon (see Horizon), because a claim deleted before the last possible
+// redelivery would let that redelivery run the handler a second time.
+//
+// Subpackage inbox/watermill gives watermill users the same claim in their
+// handler's transaction on any watermill subscriber.
+package inbox

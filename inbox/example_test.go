@@ -1,0 +1,61 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+)
+
+// A consumer whose handler writes in the claim's transaction. Decoding
+// failures are permanent: the message goes to dead_letters instead of being
+// retried forever.
+func Example() {
+	run := func(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream) error {
+		src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "PAYMENTS", Durable: "billing"})
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		handle := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			var p struct{ Amount int64 }
+			if err := json.Unmarshal(msg.Payload, &p); err != nil {
+				return inbox.Permanent(fmt.Errorf("decode payment: %w", err))
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO invoices (event_id, amount) VALUES ($1, $2)`, msg.ID, p.Amount)
+			return err
+		})
+		c, err := inbox.NewConsumer(pool, src, handle, &inbox.Config{Name: "billing", BatchSize: 50, Concurrency: 4})
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
+	_ = run
+}
+
+// The default redelivery backoff doubles from one second up to five minutes.
+func ExampleExponentialBackoff() {
+	backoff := inbox.ExponentialBackoff(time.Second, 5*time.Minute)
+	for attempt := 1; attempt <= 10; attempt++ {
+		fmt.Print(backoff(attempt), " ")
+	}
+	fmt.Println()
+	// Output: 1s 2s 4s 8s 16s 32s 1m4s 2m8s 4m16s 5m0s
+}
+
+// Claims must outlive the last redelivery a source can make: with a 30 s ack
+// wait, unlimited deliveries, 25 attempts and a 5 minute backoff cap, that is
+// 25 × 5.5 minutes.
+func ExampleHorizon() {
+	l := inbox.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: -1, Duplicates: 10 * time.Minute}
+	fmt.Println(inbox.Horizon(l, 25, 5*time.Minute))
+	// Output: 2h17m30s
+}

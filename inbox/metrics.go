@@ -1,0 +1,84 @@
+package inbox
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the consumer's Prometheus series, labelled by consumer only.
+type metrics struct {
+	processed, duplicates, retried prometheus.Counter
+	deadLettered                   *prometheus.CounterVec // label reason: permanent, max_attempts, no_id, invalid_id
+	handlerSeconds                 prometheus.Observer
+	batchSize                      prometheus.Observer
+	hitRatio                       prometheus.Gauge
+
+	nProcessed, nDuplicates atomic.Int64
+}
+
+// register registers c, or returns the collector already registered under
+// the same description, so that several consumers can share a registerer.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
+}
+
+func newMetrics(reg prometheus.Registerer, consumer string) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry() // counted, never exported
+	}
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: "oncekit", Subsystem: "inbox", Name: name, Help: help}
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts(opts(name, help)), []string{"consumer"})).WithLabelValues(consumer)
+	}
+	hist := func(name, help string, buckets []float64) prometheus.Observer {
+		return register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "oncekit", Subsystem: "inbox", Name: name, Help: help, Buckets: buckets,
+		}, []string{"consumer"})).WithLabelValues(consumer)
+	}
+	dead := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts(opts("dead_lettered_total",
+		"Messages written to dead_letters, by reason (permanent, max_attempts, no_id, invalid_id).")), []string{"consumer", "reason"}))
+	return &metrics{
+		processed:      counter("processed_total", "Messages whose handler committed."),
+		duplicates:     counter("duplicates_total", "Messages acknowledged as duplicates of an existing claim."),
+		retried:        counter("retried_total", "Handler failures scheduled for redelivery."),
+		deadLettered:   dead.MustCurryWith(prometheus.Labels{"consumer": consumer}),
+		handlerSeconds: hist("handler_seconds", "Time spent in the handler per message.", prometheus.ExponentialBuckets(0.0001, 4, 10)),
+		batchSize:      hist("batch_size", "Messages per processing transaction.", prometheus.ExponentialBuckets(1, 2, 11)),
+		hitRatio: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("dedup_hit_ratio",
+			"Duplicates / (processed + duplicates) since the consumer started.")), []string{"consumer"})).WithLabelValues(consumer),
+	}
+}
+
+func (m *metrics) addProcessed(n int) {
+	if n > 0 {
+		m.processed.Add(float64(n))
+		m.nProcessed.Add(int64(n))
+	}
+}
+
+func (m *metrics) addDuplicates(n int) {
+	if n > 0 {
+		m.duplicates.Add(float64(n))
+		m.nDuplicates.Add(int64(n))
+	}
+}
+
+func (m *metrics) updateRatio() {
+	p, d := m.nProcessed.Load(), m.nDuplicates.Load()
+	if p+d > 0 {
+		m.hitRatio.Set(float64(d) / float64(p+d))
+	}
+}

@@ -1,0 +1,318 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit/internal/crashpoint"
+)
+
+// Crash points (internal/crashpoint) on the processing path, for crash tests.
+const (
+	CrashBeforeCommit = "inbox.before-commit"
+	CrashAfterCommit  = "inbox.after-commit"
+)
+
+type outcomeKind int
+
+const (
+	outProcessed outcomeKind = iota
+	outDuplicate
+	outDead
+	outRetry
+	outSkip    // ordered: waits behind a failed message of its key
+	outUnknown // commit outcome unknown: left for redelivery
+)
+
+type outcome struct {
+	kind   outcomeKind
+	reason string // outDead
+	kindOf string // outDead metric label
+	err    error  // outRetry
+}
+
+// handlerTx is the transaction a handler gets: everything but ending it.
+type handlerTx struct{ pgx.Tx }
+
+func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
+func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
+
+// call runs the handler with tx, turning a panic into an error.
+func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrPanic, r)
+		}
+		c.m.handlerSeconds.Observe(time.Since(start).Seconds())
+	}()
+	return c.h.Handle(ctx, tx, msg)
+}
+
+// failure decides what a handler error means for it: dead letter or retry.
+func (c *Consumer) failure(it *item, err error) outcome {
+	switch {
+	case IsPermanent(err):
+		return outcome{kind: outDead, reason: err.Error(), kindOf: "permanent", err: err}
+	case it.attempt >= c.cfg.MaxAttempts:
+		return outcome{kind: outDead, reason: reasonMaxAttempts + err.Error(), kindOf: "max_attempts", err: err}
+	default:
+		return outcome{kind: outRetry, err: err}
+	}
+}
+
+func deadKind(reason string) string {
+	if reason == ReasonNoID {
+		return "no_id"
+	}
+	return "invalid_id"
+}
+
+func (c *Consumer) deadLetter(it *item, reason string) DeadLetter {
+	return DeadLetter{
+		Consumer: c.cfg.Name, MessageID: it.rawID, Subject: it.d.Subject(), Payload: it.d.Data(),
+		Headers: it.d.Headers(), Reason: reason, Attempts: it.attempt,
+	}
+}
+
+// definiteRollback reports whether a failed COMMIT certainly did not commit:
+// the server answered with an error (or pgx saw the transaction aborted).
+// Anything else, a broken connection above all, is an unknown outcome.
+func definiteRollback(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr)
+}
+
+// process runs one batch (often of one) in one transaction and settles every
+// message with the broker. In ordered mode it returns, in order, the
+// messages to retry in place instead of asking for redelivery.
+func (c *Consumer) process(ctx context.Context, items []*item) []*item {
+	c.m.batchSize.Observe(float64(len(items)))
+	for _, it := range items {
+		if it.msg != nil {
+			it.msg.Attempt = it.attempt
+		}
+	}
+	out := make([]outcome, len(items))
+	if err := c.runTx(ctx, items, out); err != nil {
+		for i := range out {
+			if out[i].kind != outDuplicate {
+				out[i] = outcome{kind: outRetry, err: err}
+			}
+		}
+	}
+	return c.settle(ctx, items, out)
+}
+
+// runTx fills out. An error means the transaction as a whole failed: the
+// caller retries every message that is not a duplicate.
+func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err error) {
+	tx, err := c.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	claimed, err := c.claim(ctx, tx, items)
+	if err != nil {
+		return err
+	}
+	single := len(items) == 1
+	seen := make(map[uuid.UUID]bool, len(items))
+	blocked := map[string]bool{}
+	var release []uuid.UUID
+	var dead []DeadLetter
+	for i, it := range items {
+		if it.reason != "" {
+			out[i] = outcome{kind: outDead, reason: it.reason, kindOf: deadKind(it.reason)}
+			dead = append(dead, c.deadLetter(it, it.reason))
+			continue
+		}
+		id := it.msg.ID
+		first := !seen[id]
+		seen[id] = true
+		if claimed != nil && (!claimed[id] || !first) {
+			out[i] = outcome{kind: outDuplicate}
+			continue
+		}
+		if c.cfg.Ordered && blocked[it.msg.Key] && it.msg.Key != "" {
+			out[i] = outcome{kind: outSkip}
+			release = append(release, id)
+			continue
+		}
+		var htx pgx.Tx = handlerTx{tx}
+		sp := &savepointTx{Tx: tx, pending: true}
+		if !single {
+			htx = sp
+		}
+		herr := c.call(ctx, htx, it.msg)
+		if herr == nil {
+			out[i] = outcome{kind: outProcessed}
+			continue
+		}
+		out[i] = c.failure(it, herr)
+		if single {
+			// Nothing else rides in this transaction: end it, and write a
+			// dead letter (without the claim) on its own.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			if out[i].kind == outDead {
+				if _, derr := c.store.InsertDeadLetter(ctx, c.db, c.deadLetter(it, out[i].reason)); derr != nil {
+					out[i] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
+				}
+			}
+			return nil
+		}
+		if !sp.undo(ctx) {
+			return fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
+		}
+		if claimed != nil {
+			release = append(release, id)
+		}
+		if out[i].kind == outDead {
+			dead = append(dead, c.deadLetter(it, out[i].reason))
+		} else if it.msg.Key != "" {
+			blocked[it.msg.Key] = true
+		}
+	}
+	if claimed != nil && len(release) > 0 {
+		if err := c.store.unclaimAll(ctx, tx, c.cfg.Name, release); err != nil {
+			return err
+		}
+	}
+	for _, dl := range dead {
+		if _, err := c.store.InsertDeadLetter(ctx, tx, dl); err != nil {
+			return err
+		}
+	}
+	crashpoint.Hit(CrashBeforeCommit)
+	if err := tx.Commit(ctx); err != nil {
+		if definiteRollback(err) {
+			return fmt.Errorf("inbox: commit: %w", err)
+		}
+		c.log.Error("inbox commit outcome unknown; leaving the messages to redelivery", "err", err, "messages", len(items))
+		for i := range out {
+			if out[i].kind != outDuplicate {
+				out[i] = outcome{kind: outUnknown, err: err}
+			}
+		}
+		return nil
+	}
+	crashpoint.Hit(CrashAfterCommit)
+	return nil
+}
+
+// claim claims every valid message of items; nil means claims are off.
+func (c *Consumer) claim(ctx context.Context, tx pgx.Tx, items []*item) (map[uuid.UUID]bool, error) {
+	if c.cfg.DisableClaim {
+		return nil, nil
+	}
+	ids := make([]uuid.UUID, 0, len(items))
+	for _, it := range items {
+		if it.msg != nil {
+			ids = append(ids, it.msg.ID)
+		}
+	}
+	if len(ids) == 1 {
+		ok, err := c.store.Claim(ctx, tx, c.cfg.Name, ids[0])
+		return map[uuid.UUID]bool{ids[0]: ok}, err
+	}
+	if len(ids) == 0 {
+		return map[uuid.UUID]bool{}, nil
+	}
+	return c.store.claimAll(ctx, tx, c.cfg.Name, ids)
+}
+
+// settle acks, naks or returns each message according to its outcome.
+func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*item {
+	var processed, dups int
+	var retry []*item
+	for i, it := range items {
+		o := out[i]
+		switch o.kind {
+		case outProcessed:
+			processed++
+			c.ack(ctx, it)
+		case outDuplicate:
+			dups++
+			c.ack(ctx, it)
+		case outDead:
+			c.dead.Add(1)
+			c.m.deadLettered.WithLabelValues(o.kindOf).Inc()
+			c.logger(it).Warn("inbox message dead-lettered", "reason", o.reason)
+			c.ack(ctx, it)
+		case outRetry:
+			c.retried.Add(1)
+			c.m.retried.Inc()
+			delay := c.cfg.Backoff(it.attempt)
+			c.logger(it).Warn("inbox handler failed; retrying", "err", o.err, "delay", delay)
+			if c.cfg.Ordered {
+				it.failed = true
+				retry = append(retry, it)
+				continue
+			}
+			if err := it.d.Nak(ctx, delay); err != nil {
+				c.logger(it).Warn("inbox nak failed; the broker redelivers after its ack wait", "err", err)
+			}
+		case outSkip:
+			retry = append(retry, it)
+		case outUnknown:
+			// Never acked: redelivery plus the claim settle it.
+		}
+	}
+	c.m.addProcessed(processed)
+	c.m.addDuplicates(dups)
+	c.m.updateRatio()
+	return retry
+}
+
+func (c *Consumer) ack(ctx context.Context, it *item) {
+	if err := it.d.Ack(ctx); err != nil && c.log.Enabled(ctx, slog.LevelDebug) {
+		// A lost ack means a redelivery, which the claim absorbs.
+		c.logger(it).Debug("inbox ack failed", "err", err)
+	}
+}
+
+// retain prunes the consumer's claims older than Retention, in bounded
+// batches, every RetentionInterval until ctx ends.
+func (c *Consumer) retain(ctx context.Context) {
+	t := time.NewTicker(c.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		if _, err := c.Prune(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("inbox retention failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Prune deletes the consumer's claims older than Retention, RetentionBatch
+// rows per statement, and returns how many it deleted. Run calls it every
+// RetentionInterval.
+func (c *Consumer) Prune(ctx context.Context) (int64, error) {
+	if c.cfg.Retention < 0 {
+		return 0, nil
+	}
+	before := time.Now().Add(-c.cfg.Retention)
+	var total int64
+	for {
+		n, err := c.store.PruneClaims(ctx, c.db, c.cfg.Name, before, c.cfg.RetentionBatch)
+		total += n
+		if err != nil || n < int64(c.cfg.RetentionBatch) {
+			return total, err
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+)
+
+func TestHorizon(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		l     inbox.SourceLimits
+		want  time.Duration
+		atts  int
+		maxBo time.Duration
+	}{
+		{"bounded deliveries", inbox.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: 10}, 10 * (30*time.Second + time.Minute), 5, time.Minute},
+		{"unlimited deliveries use max attempts", inbox.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: -1}, 5 * (30*time.Second + time.Minute), 5, time.Minute},
+		{"dedup window dominates", inbox.SourceLimits{AckWait: time.Second, MaxDeliver: 2, Duplicates: time.Hour}, time.Hour, 1, time.Second},
+	} {
+		require.Equal(t, tc.want, inbox.Horizon(tc.l, tc.atts, tc.maxBo), tc.name)
+	}
+}
+
+func TestRunRefusesRetentionShorterThanHorizon(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // stream dedup window: natsjs.DefaultDuplicates (10 min)
+	src := b.source("d", 30*time.Second)
+
+	cfg := b.config("c")
+	cfg.MaxAttempts = 5
+	cfg.Backoff = inbox.ExponentialBackoff(time.Second, time.Minute)
+	cfg.Retention = 5 * time.Minute // < dedup window, < 5 × (30 s + 16 s)
+	c, err := inbox.NewConsumer(b.db.Pool, src, inbox.HandlerFunc(insertEffect), cfg)
+	require.NoError(t, err)
+	err = c.Run(context.Background())
+	require.ErrorIs(t, err, inbox.ErrRetentionTooShort)
+	require.Contains(t, err.Error(), "horizon 10m0s")
+
+	cfg.Retention = 11 * time.Minute // beyond the horizon: accepted
+	c, err = inbox.NewConsumer(b.db.Pool, src, inbox.HandlerFunc(insertEffect), cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.CheckRetention(context.Background()))
+
+	// A source that stops redelivering before MaxAttempts would drop
+	// messages without a dead letter: refused too.
+	bounded, err := natsjs.NewSource(context.Background(), b.nats.JS, &natsjs.SourceConfig{Stream: b.stream, Durable: "bounded", MaxDeliver: 3})
+	require.NoError(t, err)
+	t.Cleanup(bounded.Close)
+	c, err = inbox.NewConsumer(b.db.Pool, bounded, inbox.HandlerFunc(insertEffect), cfg)
+	require.NoError(t, err)
+	require.ErrorIs(t, c.CheckRetention(context.Background()), inbox.ErrInvalidConfig)
+}
+
+func TestPruneDeletesOldClaimsInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `
+		INSERT INTO processed_messages (consumer, message_id, processed_at)
+		SELECT 'c', gen_random_uuid(), now() - interval '2 hours' FROM generate_series(1, 25);
+		INSERT INTO processed_messages (consumer, message_id, processed_at)
+		SELECT 'c', gen_random_uuid(), now() FROM generate_series(1, 3);
+		INSERT INTO processed_messages (consumer, message_id, processed_at)
+		SELECT 'other', gen_random_uuid(), now() - interval '2 hours' FROM generate_series(1, 4);`)
+	require.NoError(t, err)
+	cfg := b.config("c")
+	cfg.Retention = time.Hour
+	cfg.RetentionBatch = 10
+	c, err := inbox.NewConsumer(b.db.Pool, b.source("d", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+	require.NoError(t, err)
+	n, err := c.Prune(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, n)
+	require.Equal(t, 3, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'c'`))
+	require.Equal(t, 4, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'other'`), "another consumer's claims are its own business")
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	src := b.source("d", time.Second)
+	h := inbox.HandlerFunc(insertEffect)
+	for _, tc := range []struct {
+		cfg   inbox.Config
+		field string
+	}{
+		{inbox.Config{}, "Name"},
+		{inbox.Config{Name: "c", Schema: "Bad-Schema"}, "Schema"},
+		{inbox.Config{Name: "c", BatchSize: 5000}, "BatchSize"},
+		{inbox.Config{Name: "c", Concurrency: -1}, "Concurrency"},
+		{inbox.Config{Name: "c", MaxAttempts: -1}, "MaxAttempts"},
+	} {
+		_, err := inbox.NewConsumer(b.db.Pool, src, h, &tc.cfg)
+		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+		require.Contains(t, err.Error(), tc.field)
+	}
+}

@@ -1,0 +1,178 @@
+package inbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// bundle is one test's PostgreSQL schema, JetStream stream and publisher.
+type bundle struct {
+	t       *testing.T
+	db      *testenv.DB
+	nats    *testenv.NATS
+	stream  string
+	subject string
+	pub     *natsjs.Publisher
+}
+
+func setup(t *testing.T) *bundle {
+	return setupStream(t, natsjs.StreamConfig{})
+}
+
+func setupStream(t *testing.T, sc natsjs.StreamConfig) *bundle {
+	t.Helper()
+	b := &bundle{t: t, db: testenv.NewDB(t), nats: testenv.NewNATS(t)}
+	b.stream = testenv.Name(t)
+	b.subject = b.stream + ".events"
+	sc.Name, sc.Subjects = b.stream, []string{b.stream + ".>"}
+	_, err := natsjs.EnsureStream(context.Background(), b.nats.JS, sc)
+	require.NoError(t, err)
+	b.pub, err = natsjs.NewPublisher(b.nats.Conn, nil)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(context.Background(), `CREATE TABLE effects (
+		id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		message_id uuid   NOT NULL,
+		key        text   NOT NULL DEFAULT '',
+		seq        int    NOT NULL DEFAULT 0,
+		attempt    int    NOT NULL DEFAULT 0)`)
+	require.NoError(t, err)
+	return b
+}
+
+// source opens a Source on the durable (created on first use).
+func (b *bundle) source(durable string, ackWait time.Duration) *natsjs.Source {
+	b.t.Helper()
+	src, err := natsjs.NewSource(context.Background(), b.nats.JS, &natsjs.SourceConfig{
+		Stream: b.stream, Durable: durable, AckWait: ackWait,
+	})
+	require.NoError(b.t, err)
+	b.t.Cleanup(src.Close)
+	return src
+}
+
+// msg builds a message with a fresh ID.
+func (b *bundle) msg(key string, seq int) broker.Message {
+	return broker.Message{ID: uuid.New(), Subject: b.subject, Key: key, Payload: []byte(fmt.Sprint(seq))}
+}
+
+func (b *bundle) publish(msgs ...broker.Message) []broker.Result {
+	b.t.Helper()
+	res := b.pub.Publish(context.Background(), msgs)
+	for _, r := range res {
+		require.NoError(b.t, r.Err)
+	}
+	return res
+}
+
+// insertEffect is the business write every test handler makes.
+func insertEffect(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+	var seq int
+	_, _ = fmt.Sscan(string(msg.Payload), &seq)
+	_, err := tx.Exec(ctx, `INSERT INTO effects (message_id, key, seq, attempt) VALUES ($1, $2, $3, $4)`,
+		msg.ID, msg.Key, seq, msg.Attempt)
+	return err
+}
+
+// config is a consumer config for tests: fast backoff, quiet logs.
+func (b *bundle) config(name string) *inbox.Config {
+	return &inbox.Config{
+		Name:       name,
+		Schema:     b.db.Schema,
+		Backoff:    inbox.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond),
+		Registerer: prometheus.NewRegistry(),
+		Logger:     testLogger(),
+	}
+}
+
+// start runs a consumer until the test ends.
+func (b *bundle) start(src inbox.Source, h inbox.Handler, cfg *inbox.Config) *inbox.Consumer {
+	b.t.Helper()
+	c, err := inbox.NewConsumer(b.db.Pool, src, h, cfg)
+	require.NoError(b.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.Run(ctx); err != nil {
+			b.t.Errorf("Run: %v", err)
+		}
+	}()
+	b.t.Cleanup(func() { cancel(); wg.Wait() })
+	return c
+}
+
+// effects returns how many effect rows each message ID has.
+func (b *bundle) effects() map[uuid.UUID]int {
+	b.t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT message_id, count(*) FROM effects GROUP BY message_id`)
+	require.NoError(b.t, err)
+	out := map[uuid.UUID]int{}
+	var id uuid.UUID
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
+	require.NoError(b.t, err)
+	return out
+}
+
+func (b *bundle) count(sql string, args ...any) int {
+	b.t.Helper()
+	var n int
+	require.NoError(b.t, b.db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// waitStats polls until cond holds for the consumer's stats.
+func waitStats(t *testing.T, c *inbox.Consumer, cond func(inbox.Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond(c.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met; stats: %+v", c.Stats())
+		}
+		time.Sleep(10 * time.Millisecond) // polling, with a deadline
+	}
+}
+
+// waitLockWaiter polls until some session waits for a lock on this test's
+// processed_messages: a second delivery blocked behind an uncommitted claim.
+func (b *bundle) waitLockWaiter() {
+	b.t.Helper()
+	pattern := "%" + `"` + b.db.Schema + `".processed_messages` + "%"
+	require.Eventually(b.t, func() bool {
+		var n int
+		err := b.db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, pattern).Scan(&n)
+		return err == nil && n > 0
+	}, 30*time.Second, 20*time.Millisecond)
+}
+
+func rawPublish(t *testing.T, js jetstream.JetStream, subject string, headers map[string]string, data []byte) {
+	t.Helper()
+	m := natsjs.NATSMsg(broker.Message{Subject: subject, Payload: data})
+	m.Header = map[string][]string{}
+	for k, v := range headers {
+		m.Header.Set(k, v)
+	}
+	_, err := js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+}
+
+var _ = os.Getenv
+var _ = strings.Contains

@@ -1,0 +1,229 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// Store holds the inbox's SQL for one schema: claims in processed_messages
+// and rows of dead_letters. Every method takes the querier to run on, so
+// claims and dead letters can ride in the caller's transaction. It is what
+// the Consumer, the watermill middleware and `oncekit dlq` share.
+type Store struct {
+	claim, claimBatch, unclaim, insertDead, listDead, getDead, markReplayed, purge, prune string
+}
+
+// NewStore renders the inbox's SQL for schema ("" means "oncekit").
+func NewStore(schema string) (*Store, error) {
+	s, err := pgsql.ValidateSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	r := func(q string) string { return pgsql.Render(q, s) }
+	return &Store{
+		claim: r(`INSERT INTO {schema}.processed_messages (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`),
+		claimBatch: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
+			SELECT $1, id FROM unnest($2::uuid[]) AS t(id)
+			ON CONFLICT DO NOTHING RETURNING message_id`),
+		unclaim: r(`DELETE FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])`),
+		insertDead: r(`INSERT INTO {schema}.dead_letters (consumer, message_id, subject, payload, headers, reason, attempts)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (consumer, message_id) WHERE replayed_at IS NULL AND message_id <> '' DO NOTHING`),
+		listDead: r(`SELECT id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at
+			FROM {schema}.dead_letters
+			WHERE ($1 = '' OR consumer = $1) AND ($2 OR replayed_at IS NULL)
+			ORDER BY id LIMIT $3`),
+		getDead: r(`SELECT id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at
+			FROM {schema}.dead_letters WHERE id = $1`),
+		markReplayed: r(`UPDATE {schema}.dead_letters SET replayed_at = now() WHERE id = $1 AND replayed_at IS NULL
+			RETURNING id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at`),
+		purge: r(`DELETE FROM {schema}.dead_letters
+			WHERE ($1 = '' OR consumer = $1) AND ($2::bigint = 0 OR id = $2) AND created_at < $3 AND (NOT $4 OR replayed_at IS NOT NULL)`),
+		prune: r(`DELETE FROM {schema}.processed_messages WHERE ctid = ANY(ARRAY(
+			SELECT ctid FROM {schema}.processed_messages WHERE consumer = $1 AND processed_at < $2 LIMIT $3))`),
+	}, nil
+}
+
+// Claim records that consumer processed message id, in tx. It reports false
+// when the claim already existed (committed by an earlier delivery): the
+// message is a duplicate. A concurrent uncommitted claim of the same message
+// makes Claim wait for that transaction's outcome.
+func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id uuid.UUID) (bool, error) {
+	tag, err := tx.Exec(ctx, s.claim, consumer, [16]byte(id)) // [16]byte: pgx's direct uuid encoding
+	if err != nil {
+		return false, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// claimAll claims ids in one statement and returns those it claimed. The IDs
+// are sorted (unnest keeps array order), so two batches sharing messages lock
+// them in the same order and cannot deadlock on each other's claims.
+func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	sorted := uuidArgs(ids)
+	slices.SortFunc(sorted, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
+	rows, err := tx.Query(ctx, s.claimBatch, consumer, sorted)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	claimed := make(map[uuid.UUID]bool, len(ids))
+	var id [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { claimed[uuid.UUID(id)] = true; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return claimed, nil
+}
+
+func (s *Store) unclaimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) error {
+	if _, err := tx.Exec(ctx, s.unclaim, consumer, uuidArgs(ids)); err != nil {
+		return fmt.Errorf("inbox: release claim: %w", err)
+	}
+	return nil
+}
+
+// DeadLetter is a row of dead_letters: a message a consumer gave up on.
+type DeadLetter struct {
+	ID         int64
+	Consumer   string
+	MessageID  string // as delivered; "" when the message had none
+	Subject    string
+	Payload    []byte
+	Headers    map[string][]string
+	Reason     string
+	Attempts   int
+	CreatedAt  time.Time
+	ReplayedAt *time.Time // set once replayed
+}
+
+// InsertDeadLetter writes dl (ID, CreatedAt and ReplayedAt are ignored). It
+// reports false when a dead letter for the same consumer and message is
+// already pending replay (a poison message redelivered because its ack was
+// lost), so a message is never dead-lettered twice.
+func (s *Store) InsertDeadLetter(ctx context.Context, q pgsql.Querier, dl DeadLetter) (bool, error) {
+	headers, err := json.Marshal(dl.Headers)
+	if err != nil {
+		return false, fmt.Errorf("inbox: dead letter headers: %w", err)
+	}
+	if dl.Payload == nil {
+		dl.Payload = []byte{}
+	}
+	tag, err := q.Exec(ctx, s.insertDead, dl.Consumer, dl.MessageID, dl.Subject, dl.Payload, headers, dl.Reason, dl.Attempts)
+	if err != nil {
+		return false, fmt.Errorf("inbox: insert dead letter: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// DeadLetterFilter selects dead letters. The zero value selects every
+// pending (not replayed) one.
+type DeadLetterFilter struct {
+	// Consumer restricts to one consumer; "" means all.
+	Consumer string
+	// IncludeReplayed includes rows already replayed.
+	IncludeReplayed bool
+	// Limit bounds the rows returned; 0 means 100.
+	Limit int
+}
+
+// ErrDeadLetterNotFound is returned for a dead letter ID that does not exist
+// (or, for a replay, was already replayed).
+var ErrDeadLetterNotFound = errors.New("inbox: dead letter not found")
+
+func scanDead(row pgx.Row) (DeadLetter, error) {
+	var dl DeadLetter
+	var headers []byte
+	err := row.Scan(&dl.ID, &dl.Consumer, &dl.MessageID, &dl.Subject, &dl.Payload, &headers, &dl.Reason, &dl.Attempts, &dl.CreatedAt, &dl.ReplayedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dl, ErrDeadLetterNotFound
+	}
+	if err != nil {
+		return dl, fmt.Errorf("inbox: read dead letter: %w", err)
+	}
+	if err := json.Unmarshal(headers, &dl.Headers); err != nil {
+		return dl, fmt.Errorf("inbox: dead letter %d headers: %w", dl.ID, err)
+	}
+	return dl, nil
+}
+
+// ListDeadLetters returns the dead letters f selects, oldest first.
+func (s *Store) ListDeadLetters(ctx context.Context, q pgsql.Querier, f DeadLetterFilter) ([]DeadLetter, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := q.Query(ctx, s.listDead, f.Consumer, f.IncludeReplayed, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list dead letters: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		dl, err := scanDead(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// GetDeadLetter returns one dead letter, or ErrDeadLetterNotFound.
+func (s *Store) GetDeadLetter(ctx context.Context, q pgsql.Querier, id int64) (DeadLetter, error) {
+	return scanDead(q.QueryRow(ctx, s.getDead, id))
+}
+
+// PurgeFilter selects dead letters to delete.
+type PurgeFilter struct {
+	// Consumer restricts to one consumer; "" means all.
+	Consumer string
+	// ID deletes one dead letter; 0 means any.
+	ID int64
+	// Before deletes rows created before it; the zero time means now.
+	Before time.Time
+	// ReplayedOnly deletes only rows already replayed.
+	ReplayedOnly bool
+}
+
+// PurgeDeadLetters deletes the dead letters f selects and returns how many.
+func (s *Store) PurgeDeadLetters(ctx context.Context, q pgsql.Querier, f PurgeFilter) (int64, error) {
+	if f.Before.IsZero() {
+		f.Before = time.Now().Add(time.Second)
+	}
+	tag, err := q.Exec(ctx, s.purge, f.Consumer, f.ID, f.Before, f.ReplayedOnly)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: purge dead letters: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PruneClaims deletes up to limit of consumer's claims older than before and
+// returns how many it deleted.
+func (s *Store) PruneClaims(ctx context.Context, q pgsql.Querier, consumer string, before time.Time, limit int) (int64, error) {
+	tag, err := q.Exec(ctx, s.prune, consumer, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: prune claims: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// uuidArgs converts ids to [16]byte, which pgx encodes as uuid directly
+// (uuid.UUID goes through driver.Valuer and a text round trip).
+func uuidArgs(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}

@@ -1,0 +1,35 @@
+// Package watermill gives watermill users the inbox's guarantee on any
+// watermill subscriber: each message is claimed in processed_messages in the
+// same PostgreSQL transaction as the handler's writes, the transaction is
+// passed to the handler explicitly, and watermill acks only after commit.
+//
+// Import it under a name that does not clash with watermill's own packages:
+//
+//	import inboxwm "github.com/oncekit/oncekit/inbox/watermill"
+//
+//	in, _ := inboxwm.New(pool, &inboxwm.Config{Name: "billing"})
+//	router.AddNoPublisherHandler("billing", "payments", sub,
+//		in.NoPublishHandler(func(ctx context.Context, tx pgx.Tx, msg *message.Message) error {
+//			_, err := tx.Exec(ctx, "INSERT INTO invoices ...")
+//			return err
+//		}))
+//
+// Watermill's handler signature has no room for a transaction, and oncekit
+// never smuggles one through a context, so instead of a
+// message.HandlerMiddleware the package adapts a handler that takes the
+// transaction into a message.HandlerFunc; watermill middleware (Retry,
+// PoisonQueue, Recoverer) composes around it as usual.
+//
+// Per message: the message ID is read (Config.MessageID; by default the
+// Oncekit-Event-Id or Nats-Msg-Id metadata, else the watermill UUID when it is
+// a UUID), the claim is inserted with ON CONFLICT DO NOTHING, and the handler
+// runs only if the claim is new. A duplicate returns nil (acked). A handler
+// error rolls back and is returned (nacked: the subscriber redelivers). A
+// Permanent error or a message without a valid ID is written to dead_letters
+// and acked. A failed COMMIT is returned as an error, never acked: the
+// redelivery finds the claim if the commit did land.
+//
+// Messages the handler returns are published by the router after the commit,
+// at least once; to publish atomically with the handler's writes, write them
+// to the outbox in tx instead.
+package watermill
