@@ -57,14 +57,14 @@ func TestTimeoutTwiceThenSuccessIsOneEffectWithOneKey(t *testing.T) {
 	rc := newReceiver(t)
 	// The provider acts, then never answers in time, twice; the third call
 	// answers. The effect must happen once, every call with the same key.
-	rc.hook = func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
+	rc.setHook(func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
 		if n <= 2 {
 			rc.record(key)
 			waitCtx(r.Context())
 			return true
 		}
 		return false
-	}
+	})
 	keys := b.record(t, "capture", 1)
 	reg := prometheus.NewRegistry()
 	cfg := fastConfig(b)
@@ -86,13 +86,13 @@ func TestDefinite422FailsWithoutRetry(t *testing.T) {
 	b := setup(t)
 	rc := newReceiver(t)
 	rejected := b.record(t, "invalid", 1)[0]
-	rc.hook = func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
+	rc.setHook(func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
 		if key == rejected {
 			http.Error(w, `{"error":"bad address"}`, http.StatusUnprocessableEntity)
 			return true
 		}
 		return false
-	}
+	})
 	cfg := fastConfig(b)
 	start(t, b, map[string]sideeffect.Provider{"invalid": hook(rc, nil), "probe": hook(rc, nil)}, cfg)
 	b.waitState(t, sideeffect.StateFailed, 1, 10*time.Second)
@@ -112,14 +112,14 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rc := newReceiver(t)
-	rc.hook = func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
+	rc.setHook(func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
 		if n == 1 {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return true
 		}
 		return false
-	}
+	})
 	keys := b.record(t, "busy", 1)
 	start(t, b, map[string]sideeffect.Provider{"busy": hook(rc, nil)}, fastConfig(b)) // backoff would be 10ms
 	b.waitState(t, sideeffect.StateConfirmed, 1, 10*time.Second)
@@ -136,10 +136,10 @@ func TestIndefiniteWithoutKeysBecomesUnknown(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rc := newReceiver(t)
-	rc.hook = func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
+	rc.setHook(func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
 		http.Error(w, "oops", http.StatusBadGateway)
 		return true
-	}
+	})
 	keys := b.record(t, "sms", 1)
 	start(t, b, map[string]sideeffect.Provider{"sms": hook(rc, &webhook.Config{KeysIgnored: true})}, fastConfig(b))
 	b.waitState(t, sideeffect.StateUnknown, 1, 10*time.Second)
@@ -150,10 +150,10 @@ func TestMaxAttemptsEndsUnknown(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rc := newReceiver(t)
-	rc.hook = func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
+	rc.setHook(func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return true
-	}
+	})
 	keys := b.record(t, "down", 1)
 	cfg := fastConfig(b)
 	cfg.MaxAttempts = 3

@@ -91,6 +91,13 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	rc.act(w, key)
 }
 
+// setHook installs a per-call behaviour (see receiver.hook).
+func (rc *receiver) setHook(h func(w http.ResponseWriter, r *http.Request, key string, n int) bool) {
+	rc.mu.Lock()
+	rc.hook = h
+	rc.mu.Unlock()
+}
+
 // act performs the effect once per key and answers 200, marking replays.
 func (rc *receiver) act(w http.ResponseWriter, key string) {
 	rc.mu.Lock()
