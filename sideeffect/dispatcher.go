@@ -32,8 +32,8 @@ type DispatcherConfig struct {
 	// Concurrency is how many provider calls run at once. Defaults to 32.
 	Concurrency int
 	// BatchSize caps the rows claimed (and committed as fired) by one
-	// statement. A dispatcher never holds more than 2×Concurrency claimed
-	// rows that are not being called yet. Defaults to 200.
+	// statement. A dispatcher holds at most 2×Concurrency+BatchSize claimed
+	// rows (in a call or queued for one). Defaults to 200.
 	BatchSize int
 	// FlushSize caps the outcomes committed by one statement. Defaults to 500.
 	FlushSize int
@@ -237,8 +237,10 @@ type job struct {
 	lookup bool
 }
 
-// capacity is how many claimed rows may wait for or be in a call.
-func (d *Dispatcher) capacity() int64 { return int64(2 * d.cfg.Concurrency) }
+// capacity is how many claimed rows may wait for or be in a call: enough
+// to keep every worker busy during a claim round trip, with claims large
+// enough that one commit covers many rows.
+func (d *Dispatcher) capacity() int64 { return int64(2*d.cfg.Concurrency + d.cfg.BatchSize) }
 
 // Run dispatches until ctx ends, then stops claiming, lets the calls in
 // progress finish (each bounded by CallTimeout), puts back claimed rows that
@@ -297,7 +299,7 @@ func (d *Dispatcher) signal() {
 func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- job) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	minClaim := max(int64(1), int64(d.cfg.Concurrency)/2)
+	minClaim := max(int64(1), int64(min(d.cfg.Concurrency, d.cfg.BatchSize))/2)
 	for {
 		full := false
 		free := d.capacity() - d.inflight.Load()
