@@ -30,11 +30,14 @@ CREATE TABLE {schema}.side_effects (
 	CONSTRAINT side_effects_state_check CHECK (state IN ('pending', 'fired', 'confirmed', 'failed', 'unknown'))
 );
 
--- Due rows, in the order the dispatcher claims them.
-CREATE INDEX side_effects_due ON {schema}.side_effects (next_attempt_at, id) WHERE state = 'pending';
--- Fired rows by lease expiry, for crash recovery.
-CREATE INDEX side_effects_leases ON {schema}.side_effects (lease_expires_at) WHERE state = 'fired';
+-- One index drives the dispatcher: next_attempt_at is when a row is next
+-- looked at, the due time while pending and the lease expiry while fired.
+-- Claims scan it for due pending rows, recovery for expired fired rows; a
+-- confirmed or failed row leaves it. (Fewer indexes make the two updates per
+-- effect cheaper: they cannot be HOT updates.)
+CREATE INDEX side_effects_due ON {schema}.side_effects (next_attempt_at) WHERE state IN ('pending', 'fired');
 -- Rows that need an operator.
 CREATE INDEX side_effects_unknown ON {schema}.side_effects (kind) WHERE state = 'unknown';
--- Terminal rows by age, for retention.
-CREATE INDEX side_effects_done ON {schema}.side_effects (updated_at) WHERE state IN ('confirmed', 'failed');
+-- Retention deletes terminal rows by age; rows are appended in time order,
+-- so a BRIN index is enough and costs next to nothing to maintain.
+CREATE INDEX side_effects_created ON {schema}.side_effects USING brin (created_at);

@@ -140,7 +140,7 @@ func (l *Ledger) actionErr(ctx context.Context, q pgsql.Querier, op string, id i
 	return fmt.Errorf("%w: %s %d: effect is %s", ErrWrongState, op, id, r.State)
 }
 
-// Purge deletes up to limit confirmed or failed effects last updated before
+// Purge deletes up to limit confirmed or failed effects recorded before
 // before, and returns how many it deleted. Call it in a loop until it
 // returns fewer than limit. A purged effect can be recorded (and fired)
 // again: keep rows longer than any redelivery or retry of their source.

@@ -59,7 +59,8 @@ type DispatcherConfig struct {
 	// MaxAttempts is the attempt after which an indefinite error gives up:
 	// the effect becomes unknown (the provider may have acted). Defaults to 25.
 	MaxAttempts int
-	// Retention is how long confirmed and failed effects are kept before
+	// Retention is how long (since they were recorded) confirmed and failed
+	// effects are kept before
 	// the dispatcher deletes them in batches. Keep it longer than any
 	// redelivery or retry of the effects' sources: a deleted effect can be
 	// recorded again. Negative disables deletion. Defaults to 30 days.

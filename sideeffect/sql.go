@@ -28,11 +28,12 @@ RETURNING id, idempotency_key`),
 		// of this statement is the "fired" commit that precedes the calls.
 		claim: r(`UPDATE {schema}.side_effects s
 SET state = 'fired', attempts = s.attempts + 1, lease_owner = $1,
-	lease_expires_at = now() + $2::interval, fired_at = now(), updated_at = now()
+	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
+	fired_at = now(), updated_at = now()
 WHERE s.id IN (
 	SELECT id FROM {schema}.side_effects
 	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($3)
-	ORDER BY next_attempt_at, id
+	ORDER BY next_attempt_at
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
@@ -41,11 +42,12 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 		// that honour keys: fired again, same key, attempts+1.
 		refire: r(`UPDATE {schema}.side_effects s
 SET attempts = s.attempts + 1, lease_owner = $1,
-	lease_expires_at = now() + $2::interval, fired_at = now(), updated_at = now()
+	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
+	fired_at = now(), updated_at = now()
 WHERE s.id IN (
 	SELECT id FROM {schema}.side_effects
-	WHERE state = 'fired' AND lease_expires_at < now() AND kind = ANY($3)
-	ORDER BY lease_expires_at
+	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
+	ORDER BY next_attempt_at
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
@@ -53,11 +55,12 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 		// reconcile takes a lease on expired fired rows of providers that
 		// offer a lookup; attempts is unchanged (nothing is fired).
 		reconcile: r(`UPDATE {schema}.side_effects s
-SET lease_owner = $1, lease_expires_at = now() + $2::interval, updated_at = now()
+SET lease_owner = $1, next_attempt_at = now() + $2::interval,
+	lease_expires_at = now() + $2::interval, updated_at = now()
 WHERE s.id IN (
 	SELECT id FROM {schema}.side_effects
-	WHERE state = 'fired' AND lease_expires_at < now() AND kind = ANY($3)
-	ORDER BY lease_expires_at
+	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
+	ORDER BY next_attempt_at
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
@@ -69,7 +72,7 @@ SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL, updated_at =
 	last_error = 'lease expired while fired: the dispatcher died mid-call and the provider neither honours keys nor offers a lookup'
 WHERE s.id IN (
 	SELECT id FROM {schema}.side_effects
-	WHERE state = 'fired' AND lease_expires_at < now() AND kind = ANY($1)
+	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($1)
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED)
 RETURNING s.kind`),
@@ -82,7 +85,7 @@ SET state = CASE WHEN v.state = 'released' THEN 'pending' ELSE v.state END,
 	attempts = CASE WHEN v.state = 'released' THEN s.attempts - 1 ELSE s.attempts END,
 	provider_ref = coalesce(v.ref, s.provider_ref),
 	last_error = CASE WHEN v.state = 'released' THEN s.last_error ELSE v.err END,
-	next_attempt_at = CASE WHEN v.state IN ('pending', 'released')
+	next_attempt_at = CASE WHEN v.state IN ('pending', 'released', 'fired')
 		THEN now() + v.delay * interval '1 second' ELSE s.next_attempt_at END,
 	lease_expires_at = CASE WHEN v.state = 'fired' THEN now() + v.delay * interval '1 second' END,
 	lease_owner = NULL,
@@ -97,7 +100,7 @@ RETURNING s.kind, s.state, s.attempts, extract(epoch FROM now() - s.fired_at)::f
 
 		purge: r(`DELETE FROM {schema}.side_effects WHERE id IN (
 	SELECT id FROM {schema}.side_effects
-	WHERE state IN ('confirmed', 'failed') AND updated_at < $1
+	WHERE state IN ('confirmed', 'failed') AND created_at < $1
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED)`),
 

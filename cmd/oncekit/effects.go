@@ -57,7 +57,7 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		reason = fs.String("reason", "", "why (required; recorded on the effect)")
 		ref = fs.String("ref", "", "the provider's reference, when resolving as confirmed")
 	case "purge":
-		olderThan = fs.Duration("older-than", 30*24*time.Hour, "delete confirmed and failed effects not updated for this long")
+		olderThan = fs.Duration("older-than", 30*24*time.Hour, "delete confirmed and failed effects recorded longer ago than this")
 	default:
 		return usagef("unknown subcommand %q: want list, retry, resolve or purge", sub)
 	}
