@@ -2,6 +2,7 @@ package sideeffect_test
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -45,4 +46,31 @@ func TestFourDispatchersConfirmEachEffectOnce(t *testing.T) {
 	require.Zero(t, multi)
 	require.Equal(t, float64(n), metric(t, reg, "oncekit_sideeffect_transitions_total", map[string]string{"state": "confirmed", "kind": "k0"})+
 		metric(t, reg, "oncekit_sideeffect_transitions_total", map[string]string{"state": "confirmed", "kind": "k1"}))
+}
+
+// Slow calls and a short lease: rows claimed by one dispatcher wait in its
+// queue longer than their lease allows. They must be put back, not called
+// late while another dispatcher re-fires them.
+func TestQueuedRowsAreNeverCalledAfterTheirLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t)
+	rc.setHook(func(w http.ResponseWriter, r *http.Request, key string, n int) bool {
+		time.Sleep(150 * time.Millisecond) // a slow provider, not a wait for state
+		return false
+	})
+	keys := b.record(t, "slow", 12)
+	for i := range 2 {
+		cfg := fastConfig(b)
+		cfg.ID = fmt.Sprintf("d%d", i)
+		cfg.Concurrency = 1
+		cfg.CallTimeout = 400 * time.Millisecond
+		cfg.Lease = 600 * time.Millisecond
+		start(t, b, map[string]sideeffect.Provider{"slow": hook(rc, nil)}, cfg)
+	}
+	b.waitState(t, sideeffect.StateConfirmed, len(keys), 30*time.Second)
+	rc.check(t, keys)
+	for _, k := range keys {
+		require.Equal(t, 1, rc.callsOf(k), "called once: never late, never twice")
+	}
 }

@@ -236,6 +236,11 @@ type job struct {
 	call   Call
 	caps   *capabilities
 	lookup bool
+	// startBy is the latest time the call may start and still end (bounded
+	// by CallTimeout) well before the lease expires; a job that waited
+	// longer in the queue is put back instead of called, so a row is never
+	// called by two dispatchers at once.
+	startBy time.Time
 }
 
 // capacity is how many claimed rows may wait for or be in a call: enough
@@ -337,6 +342,8 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 	if len(kinds) == 0 || n <= 0 {
 		return 0, nil
 	}
+	slack := d.cfg.Lease - d.cfg.CallTimeout
+	startBy := time.Now().Add(slack - slack/4) // measured before the lease starts
 	rows, err := d.db.Query(ctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
 	if err != nil {
 		return 0, fmt.Errorf("sideeffect: claim: %w", err)
@@ -349,7 +356,7 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 			rows.Close()
 			return 0, fmt.Errorf("sideeffect: claim: %w", err)
 		}
-		j.caps, j.lookup = d.caps[c.Kind], lookup
+		j.caps, j.lookup, j.startBy = d.caps[c.Kind], lookup, startBy
 		claimed = append(claimed, j)
 	}
 	rows.Close()
@@ -377,9 +384,13 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- outcome) {
 	for j := range jobs {
 		var o outcome
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			o = d.release(j) // stopping: never start a call
-		} else {
+		case time.Now().After(j.startBy):
+			d.log.Warn("claimed effect waited too long to be called within its lease; put back", "id", j.call.ID, "kind", j.call.Kind)
+			o = d.release(j)
+		default:
 			o = d.do(ctx, j)
 		}
 		d.inflight.Add(-1)
