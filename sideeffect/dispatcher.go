@@ -262,9 +262,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	jobs := make(chan job, int(d.capacity())+d.cfg.BatchSize)
 	results := make(chan outcome, int(d.capacity())+d.cfg.BatchSize)
 
+	// Two claimers and two completers keep a statement in flight while the
+	// previous one returns, so throughput is not bounded by one round trip.
 	var producers sync.WaitGroup
-	producers.Add(2)
-	go func() { defer producers.Done(); d.claimLoop(ctx, jobs) }()
+	for range pipelines {
+		producers.Add(1)
+		go func() { defer producers.Done(); d.claimLoop(ctx, jobs) }()
+	}
+	producers.Add(1)
 	go func() { defer producers.Done(); d.maintainLoop(ctx, jobs) }()
 
 	var workers sync.WaitGroup
@@ -272,14 +277,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		workers.Add(1)
 		go func() { defer workers.Done(); d.work(ctx, jobs, results) }()
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); d.completeLoop(context.WithoutCancel(ctx), results) }()
+	var completers sync.WaitGroup
+	for range pipelines {
+		completers.Add(1)
+		go func() { defer completers.Done(); d.completeLoop(context.WithoutCancel(ctx), results) }()
+	}
 
 	producers.Wait()
 	close(jobs)
 	workers.Wait()
 	close(results)
-	<-done
+	completers.Wait()
 	d.log.Info("dispatcher stopped")
 	return nil
 }
@@ -301,6 +309,25 @@ func (d *Dispatcher) signal() {
 	}
 }
 
+// pipelines is the number of claiming and of completing goroutines.
+const pipelines = 2
+
+// reserve takes up to BatchSize free slots, at least minN, for a claim; the
+// claim gives back what it did not use. It returns 0 when fewer are free.
+func (d *Dispatcher) reserve(minN int64) int {
+	for {
+		cur := d.inflight.Load()
+		free := d.capacity() - cur
+		if free < max(minN, 1) {
+			return 0
+		}
+		n := min(free, int64(d.cfg.BatchSize))
+		if d.inflight.CompareAndSwap(cur, cur+n) {
+			return int(n)
+		}
+	}
+}
+
 // claimLoop claims due pending rows whenever call slots are free.
 func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- job) {
 	timer := time.NewTimer(0)
@@ -308,9 +335,11 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- job) {
 	minClaim := max(int64(1), int64(min(d.cfg.Concurrency, d.cfg.BatchSize))/2)
 	for {
 		full := false
-		free := d.capacity() - d.inflight.Load()
-		if free >= minClaim || (free > 0 && d.inflight.Load() == 0) {
-			n := min(int(free), d.cfg.BatchSize)
+		minN := minClaim
+		if d.inflight.Load() == 0 {
+			minN = 1
+		}
+		if n := d.reserve(minN); n > 0 {
 			got, err := d.claim(ctx, d.sql.claim, d.kinds, n, false, jobs)
 			d.setErr(err)
 			if err != nil && ctx.Err() == nil {
@@ -337,8 +366,10 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- job) {
 	}
 }
 
-// claim runs one claiming statement and queues the rows it returns.
-func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n int, lookup bool, jobs chan<- job) (int, error) {
+// claim runs one claiming statement for n reserved slots and queues the
+// rows it returns, giving back the slots it did not fill.
+func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n int, lookup bool, jobs chan<- job) (got int, err error) {
+	defer func() { d.inflight.Add(int64(got - n)) }()
 	if len(kinds) == 0 || n <= 0 {
 		return 0, nil
 	}
@@ -373,7 +404,6 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 		}
 		crashpoint.Hit("sideeffect.after-fired")
 	}
-	d.inflight.Add(int64(len(claimed)))
 	for _, j := range claimed {
 		jobs <- j
 	}

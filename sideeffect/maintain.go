@@ -55,8 +55,10 @@ func (d *Dispatcher) recover(ctx context.Context, jobs chan<- job) {
 		kinds  []string
 		lookup bool
 	}{{d.sql.refire, d.refire, false}, {d.sql.reconcile, d.lookup, true}} {
-		free := d.capacity() - d.inflight.Load()
-		n, err := d.claim(ctx, r.query, r.kinds, min(int(free), d.cfg.BatchSize), r.lookup, jobs)
+		if len(r.kinds) == 0 {
+			continue
+		}
+		n, err := d.claim(ctx, r.query, r.kinds, d.reserve(1), r.lookup, jobs)
 		if err != nil && ctx.Err() == nil {
 			d.log.Error("recovery: claim expired leases failed", "err", err)
 		}
