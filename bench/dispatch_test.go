@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/sideeffect"
+	"github.com/oncekit/oncekit/sideeffect/webhook"
+)
+
+// BenchmarkDispatch measures confirmed side effects per second through the
+// ledger and dispatcher against a local HTTP provider (oncekit), and the bare
+// HTTP call rate of the same provider with the same concurrency (bare-http),
+// the limit. One iteration is one whole run of ONCEKIT_BENCH_N effects
+// (default 20,000, concurrency ONCEKIT_BENCH_CONCURRENCY, default 64).
+// oncekit also reports x-bare: its rate over a bare-http pass run just before
+// it in the same iteration, so the ratio holds on a loaded machine.
+func BenchmarkDispatch(b *testing.B) {
+	n := dispatchEnvInt("ONCEKIT_BENCH_N", 20_000)
+	conc := dispatchEnvInt("ONCEKIT_BENCH_CONCURRENCY", 64)
+	payload := bytes.Repeat([]byte("x"), 256)
+	b.Run("bare-http", func(b *testing.B) {
+		for range b.N {
+			srv := newDispatchProvider(b)
+			rate := bareHTTP(b, srv, n, conc, payload)
+			b.ReportMetric(rate, "effects/s")
+		}
+	})
+
+	b.Run("oncekit", func(b *testing.B) { benchDispatch(b, n, conc, payload, false) })
+	// ledger-only: the same dispatcher with an in-process provider that
+	// answers at once: the ceiling set by PostgreSQL (two durable row updates
+	// per effect), for reading the oncekit figure.
+	b.Run("ledger-only", func(b *testing.B) { benchDispatch(b, n, conc, payload, true) })
+}
+
+func benchDispatch(b *testing.B, n, conc int, payload []byte, noHTTP bool) {
+	for range b.N {
+		b.StopTimer()
+		db := testenv.NewDB(b)
+		srv := newDispatchProvider(b)
+		ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.Schema})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		const perTx = 1000
+		for done := 0; done < n; done += perTx {
+			err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				for i := done; i < min(done+perTx, n); i++ {
+					if _, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: fmt.Sprintf("order-%d", i), Kind: "order.paid", Payload: payload}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		var p sideeffect.Provider
+		p, err = webhook.New(&webhook.Config{URL: srv.URL, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", MaxConns: conc})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if noHTTP {
+			p = sideeffect.ProviderFunc(func(context.Context, sideeffect.Call) (string, error) {
+				srv.calls.Add(1)
+				srv.effects.Add(1)
+				return "r1", nil
+			})
+		}
+		reg := prometheus.NewRegistry()
+		d, err := sideeffect.NewDispatcher(db.Pool, map[string]sideeffect.Provider{"order.paid": p}, &sideeffect.DispatcherConfig{
+			Schema: db.Schema, Concurrency: conc, Registerer: reg,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The bare rate of this provider, measured just before, so the
+		// ratio compares the same load on a shared machine.
+		var bare float64
+		if !noHTTP {
+			bare = bareHTTP(b, newDispatchProvider(b), n, conc, payload)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		b.StartTimer()
+		start := time.Now()
+		go func() { defer close(stopped); _ = d.Run(rctx) }()
+		for confirmedCount(reg) < float64(n) {
+			time.Sleep(2 * time.Millisecond) // polling an in-process counter
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		cancel()
+		<-stopped
+		var confirmed int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM side_effects WHERE state = 'confirmed'`).Scan(&confirmed); err != nil {
+			b.Fatal(err)
+		}
+		if confirmed != n || srv.effects.Load() != int64(n) || srv.calls.Load() != int64(n) {
+			b.Fatalf("confirmed %d, provider effects %d calls %d, want %d", confirmed, srv.effects.Load(), srv.calls.Load(), n)
+		}
+		rate := float64(n) / elapsed.Seconds()
+		b.ReportMetric(rate, "effects/s")
+		if bare > 0 {
+			b.ReportMetric(rate/bare, "x-bare")
+		}
+	}
+}
+
+// bareHTTP posts n requests to srv from conc goroutines with a keep-alive
+// client and returns requests per second.
+func bareHTTP(b *testing.B, srv *dispatchProvider, n, conc int, payload []byte) float64 {
+	client := webhook.NewClient(conc)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(payload))
+				req.Header.Set("Idempotency-Key", strconv.FormatInt(i, 10))
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(start).Seconds()
+	if got := srv.effects.Load(); got != int64(n) {
+		b.Fatalf("provider saw %d effects, want %d", got, n)
+	}
+	client.CloseIdleConnections()
+	return rate
+}
+
+// dispatchProvider is a local HTTP provider that dedups by Idempotency-Key.
+type dispatchProvider struct {
+	*httptest.Server
+	seen    sync.Map
+	calls   atomic.Int64
+	effects atomic.Int64
+}
+
+func newDispatchProvider(b *testing.B) *dispatchProvider {
+	p := &dispatchProvider{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		p.calls.Add(1)
+		key := r.Header.Get("Idempotency-Key")
+		if _, dup := p.seen.LoadOrStore(key, struct{}{}); dup {
+			w.Header().Set("Idempotent-Replayed", "true")
+		} else {
+			p.effects.Add(1)
+		}
+		w.Header().Set("Webhook-Ref", "r1")
+		w.WriteHeader(http.StatusOK)
+	}))
+	b.Cleanup(p.Close)
+	return p
+}
+
+func confirmedCount(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != "oncekit_sideeffect_transitions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabel(m, "state", "confirmed") {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+func dispatchEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

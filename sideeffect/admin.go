@@ -1,0 +1,156 @@
+package sideeffect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// ErrNotFound is returned when no effect has the given ID.
+var ErrNotFound = errors.New("sideeffect: effect not found")
+
+// ErrWrongState is returned (wrapped, naming the current state) when an
+// operator action does not apply to the effect's state: Retry needs failed
+// or unknown, Resolve needs unknown.
+var ErrWrongState = errors.New("sideeffect: effect is in the wrong state")
+
+// Filter selects effects for List.
+type Filter struct {
+	// State, when set, selects only effects in that state.
+	State State
+	// Kind, when set, selects only effects of that kind.
+	Kind string
+	// AfterID pages: only effects with a greater ID.
+	AfterID int64
+	// Limit caps the number of rows. Defaults to 100.
+	Limit int
+}
+
+// List returns effects matching f in ID order.
+func (l *Ledger) List(ctx context.Context, q pgsql.Querier, f Filter) ([]Row, error) {
+	if f.State != "" && !f.State.Valid() {
+		return nil, fmt.Errorf("sideeffect: list: unknown state %q", f.State)
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := q.Query(ctx, l.sql.list, string(f.State), f.Kind, f.AfterID, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sideeffect: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanRow)
+	if err != nil {
+		return nil, fmt.Errorf("sideeffect: list: %w", err)
+	}
+	return out, nil
+}
+
+// Get returns the effect with the given ID, or ErrNotFound.
+func (l *Ledger) Get(ctx context.Context, q pgsql.Querier, id int64) (Row, error) {
+	rows, err := q.Query(ctx, l.sql.get, id)
+	if err != nil {
+		return Row{}, fmt.Errorf("sideeffect: get %d: %w", id, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanRow)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("sideeffect: get %d: %w", id, err)
+	}
+	return r, nil
+}
+
+func scanRow(row pgx.CollectableRow) (Row, error) {
+	var r Row
+	var state string
+	err := row.Scan(&r.ID, &r.SourceID, &r.Kind, &r.Payload, &r.IdempotencyKey, &state, &r.Attempts, &r.NextAttemptAt,
+		&r.LeaseOwner, &r.LeaseExpiresAt, &r.ProviderRef, &r.LastError,
+		&r.ResolvedBy, &r.ResolutionNote, &r.ResolvedAt,
+		&r.CreatedAt, &r.FiredAt, &r.ConfirmedAt, &r.UpdatedAt)
+	r.State = State(state)
+	return r, err
+}
+
+// Decision is an operator's decision, recorded on the effect.
+type Decision struct {
+	// By names who decided. Required.
+	By string
+	// Note says why. Required.
+	Note string
+	// ProviderRef optionally records the provider's reference when the
+	// operator confirmed the effect at the provider.
+	ProviderRef string
+}
+
+func (d Decision) validate() error {
+	if d.By == "" {
+		return errors.New("sideeffect: decision: By is required")
+	}
+	if d.Note == "" {
+		return errors.New("sideeffect: decision: Note is required")
+	}
+	return nil
+}
+
+// Retry moves a failed or unknown effect back to pending, due now, with the
+// SAME idempotency key, and records who decided and why. Use it when the
+// operator knows the provider did not act (or honours the key).
+func (l *Ledger) Retry(ctx context.Context, q pgsql.Querier, id int64, d Decision) error {
+	if err := d.validate(); err != nil {
+		return err
+	}
+	var st string
+	err := q.QueryRow(ctx, l.sql.retry, id, d.By, d.Note).Scan(&st)
+	return l.actionErr(ctx, q, "retry", id, err)
+}
+
+// Resolve records the operator's decision on an unknown effect: to is
+// StateConfirmed (the provider did act) or StateFailed (it did not, and the
+// effect is abandoned). Nothing is fired.
+func (l *Ledger) Resolve(ctx context.Context, q pgsql.Querier, id int64, to State, d Decision) error {
+	if to != StateConfirmed && to != StateFailed {
+		return fmt.Errorf("sideeffect: resolve: to must be confirmed or failed, not %q", to)
+	}
+	if err := d.validate(); err != nil {
+		return err
+	}
+	var st string
+	err := q.QueryRow(ctx, l.sql.resolve, id, string(to), d.By, d.Note, d.ProviderRef).Scan(&st)
+	return l.actionErr(ctx, q, "resolve", id, err)
+}
+
+// actionErr turns "no row updated" into ErrNotFound or ErrWrongState.
+func (l *Ledger) actionErr(ctx context.Context, q pgsql.Querier, op string, id int64, err error) error {
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("sideeffect: %s %d: %w", op, id, err)
+	}
+	r, gerr := l.Get(ctx, q, id)
+	if gerr != nil {
+		return gerr
+	}
+	return fmt.Errorf("%w: %s %d: effect is %s", ErrWrongState, op, id, r.State)
+}
+
+// Purge deletes up to limit confirmed or failed effects recorded before
+// before, and returns how many it deleted. Call it in a loop until it
+// returns fewer than limit. A purged effect can be recorded (and fired)
+// again: keep rows longer than any redelivery or retry of their source.
+func (l *Ledger) Purge(ctx context.Context, q pgsql.Querier, before time.Time, limit int) (int64, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	tag, err := q.Exec(ctx, l.sql.purge, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("sideeffect: purge: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,430 @@
+package sideeffect
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// ErrAlreadyRunning is returned by Run when the Dispatcher is already running.
+var ErrAlreadyRunning = errors.New("sideeffect: dispatcher already running")
+
+// DispatcherConfig configures a Dispatcher. The zero value works.
+type DispatcherConfig struct {
+	// Schema is the schema oncekit's tables live in. Defaults to "oncekit".
+	Schema string
+	// ID names this dispatcher as the owner of the leases it takes; it must
+	// be unique among running dispatchers. Defaults to host-pid-random.
+	ID string
+	// Concurrency is how many provider calls run at once. Defaults to 32.
+	Concurrency int
+	// BatchSize caps the rows claimed (and committed as fired) by one
+	// statement. A dispatcher holds at most 2×Concurrency+BatchSize claimed
+	// rows (in a call or queued for one). Defaults to 200.
+	BatchSize int
+	// FlushSize caps the outcomes committed by one statement. Defaults to 500.
+	FlushSize int
+	// PollInterval is how long the dispatcher waits before looking for due
+	// effects again after finding none. Defaults to 200ms.
+	PollInterval time.Duration
+	// CallTimeout bounds each provider call (and lookup). Defaults to 30s.
+	CallTimeout time.Duration
+	// Lease is how long a fired row belongs to this dispatcher; when it
+	// expires without an outcome the dispatcher is presumed dead and
+	// recovery takes over. Must exceed CallTimeout. Defaults to
+	// 2×CallTimeout + 10s.
+	Lease time.Duration
+	// RecoverInterval is how often expired leases are looked for and the
+	// unknown gauge is refreshed. Defaults to 5s.
+	RecoverInterval time.Duration
+	// MinBackoff and MaxBackoff bound the exponential backoff between
+	// attempts after indefinite errors. Default to 1s and 10m.
+	MinBackoff, MaxBackoff time.Duration
+	// MaxRetryAfter caps the delay a provider may ask for with Retry-After.
+	// Defaults to 1h.
+	MaxRetryAfter time.Duration
+	// MaxAttempts is the attempt after which an indefinite error gives up:
+	// the effect becomes unknown (the provider may have acted). Defaults to 25.
+	MaxAttempts int
+	// Retention is how long (since they were recorded) confirmed and failed
+	// effects are kept before
+	// the dispatcher deletes them in batches. Keep it longer than any
+	// redelivery or retry of the effects' sources: a deleted effect can be
+	// recorded again. Negative disables deletion. Defaults to 30 days.
+	Retention time.Duration
+	// RetentionInterval is how often retention runs. Defaults to 1m.
+	RetentionInterval time.Duration
+	// PurgeBatch caps the rows deleted by one statement. Defaults to 1000.
+	PurgeBatch int
+	// Logger receives the dispatcher's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the dispatcher's metrics (namespace oncekit,
+	// subsystem sideeffect). Nil means no metrics. Several dispatchers may
+	// share one registerer.
+	Registerer prometheus.Registerer
+}
+
+func (c *DispatcherConfig) withDefaults() (DispatcherConfig, error) {
+	var out DispatcherConfig
+	if c != nil {
+		out = *c
+	}
+	schema, err := pgsql.ValidateSchema(out.Schema)
+	if err != nil {
+		return out, fmt.Errorf("sideeffect: DispatcherConfig.Schema: %w", err)
+	}
+	out.Schema = schema
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		out.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&out.Concurrency, 32)
+	def(&out.BatchSize, 200)
+	def(&out.FlushSize, 500)
+	def(&out.MaxAttempts, 25)
+	def(&out.PurgeBatch, 1000)
+	defD(&out.PollInterval, 200*time.Millisecond)
+	defD(&out.CallTimeout, 30*time.Second)
+	defD(&out.Lease, 2*out.CallTimeout+10*time.Second)
+	defD(&out.RecoverInterval, 5*time.Second)
+	defD(&out.MinBackoff, time.Second)
+	defD(&out.MaxBackoff, 10*time.Minute)
+	defD(&out.MaxRetryAfter, time.Hour)
+	defD(&out.Retention, 30*24*time.Hour)
+	defD(&out.RetentionInterval, time.Minute)
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Concurrency", out.Concurrency}, {"BatchSize", out.BatchSize}, {"FlushSize", out.FlushSize},
+		{"MaxAttempts", out.MaxAttempts}, {"PurgeBatch", out.PurgeBatch}} {
+		if f.v < 0 {
+			return out, fmt.Errorf("sideeffect: DispatcherConfig.%s must be positive, got %d", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"PollInterval", out.PollInterval}, {"CallTimeout", out.CallTimeout}, {"Lease", out.Lease},
+		{"RecoverInterval", out.RecoverInterval}, {"MinBackoff", out.MinBackoff}, {"MaxBackoff", out.MaxBackoff},
+		{"MaxRetryAfter", out.MaxRetryAfter}, {"RetentionInterval", out.RetentionInterval}} {
+		if f.v < 0 {
+			return out, fmt.Errorf("sideeffect: DispatcherConfig.%s must be positive, got %s", f.name, f.v)
+		}
+	}
+	if out.Lease <= out.CallTimeout {
+		return out, fmt.Errorf("sideeffect: DispatcherConfig.Lease (%s) must exceed CallTimeout (%s), or a slow call could be fired twice at once",
+			out.Lease, out.CallTimeout)
+	}
+	if out.MaxBackoff < out.MinBackoff {
+		return out, fmt.Errorf("sideeffect: DispatcherConfig.MaxBackoff (%s) is below MinBackoff (%s)", out.MaxBackoff, out.MinBackoff)
+	}
+	return out, nil
+}
+
+// Dispatcher fires recorded effects through their kinds' providers. Several
+// dispatchers (processes or goroutines) may run on one table: rows are
+// claimed with SKIP LOCKED and fenced by lease owner and attempt, so no row is
+// fired by two dispatchers at once while leases are honoured.
+type Dispatcher struct {
+	db      pgsql.DB
+	cfg     DispatcherConfig
+	log     *slog.Logger
+	sql     statements
+	m       *metrics
+	caps    map[string]*capabilities
+	kinds   []string // every kind with a provider
+	refire  []string // kinds whose expired fired rows are fired again
+	lookup  []string // kinds whose expired fired rows are reconciled
+	unknown []string // kinds whose expired fired rows become unknown
+
+	running  atomic.Bool
+	inflight atomic.Int64
+	wake     chan struct{}
+	lastErr  atomic.Pointer[error]
+}
+
+// NewDispatcher returns a Dispatcher for the given providers, keyed by
+// effect kind. Effects of other kinds are left alone (another process may
+// dispatch them). db is typically a *pgxpool.Pool.
+func NewDispatcher(db pgsql.DB, providers map[string]Provider, cfg *DispatcherConfig) (*Dispatcher, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New("sideeffect: NewDispatcher: nil db")
+	}
+	if len(providers) == 0 {
+		return nil, errors.New("sideeffect: NewDispatcher: no providers")
+	}
+	m, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("sideeffect: DispatcherConfig.Registerer: %w", err)
+	}
+	d := &Dispatcher{db: db, cfg: c, log: c.Logger.With("dispatcher", c.ID), sql: render(c.Schema), m: m,
+		caps: map[string]*capabilities{}, wake: make(chan struct{}, 1)}
+	for kind, p := range providers {
+		if kind == "" || len(kind) > MaxKindLen {
+			return nil, fmt.Errorf("sideeffect: NewDispatcher: invalid kind %q", kind)
+		}
+		if p == nil {
+			return nil, fmt.Errorf("sideeffect: NewDispatcher: nil provider for kind %q", kind)
+		}
+		cp := capabilitiesOf(p)
+		d.caps[kind] = &cp
+		d.kinds = append(d.kinds, kind)
+		switch {
+		case cp.honoursKeys:
+			d.refire = append(d.refire, kind)
+		case cp.looker != nil:
+			d.lookup = append(d.lookup, kind)
+		default:
+			d.unknown = append(d.unknown, kind)
+		}
+	}
+	for _, s := range [][]string{d.kinds, d.refire, d.lookup, d.unknown} {
+		sort.Strings(s)
+	}
+	return d, nil
+}
+
+// ID returns the dispatcher's lease owner name.
+func (d *Dispatcher) ID() string { return d.cfg.ID }
+
+// Healthy reports nil when the database answers and the last claim worked.
+func (d *Dispatcher) Healthy(ctx context.Context) error {
+	var one int
+	if err := d.db.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if p := d.lastErr.Load(); p != nil && *p != nil {
+		return *p
+	}
+	return nil
+}
+
+// job is a claimed row to call (or, for lookup, to reconcile).
+type job struct {
+	call   Call
+	caps   *capabilities
+	lookup bool
+	// startBy is the latest time the call may start and still end (bounded
+	// by CallTimeout) well before the lease expires; a job that waited
+	// longer in the queue is put back instead of called, so a row is never
+	// called by two dispatchers at once.
+	startBy time.Time
+}
+
+// capacity is how many claimed rows may wait for or be in a call: enough
+// to keep every worker busy during a claim round trip, with claims large
+// enough that one commit covers many rows.
+func (d *Dispatcher) capacity() int64 { return int64(2*d.cfg.Concurrency + d.cfg.BatchSize) }
+
+// Run dispatches until ctx ends, then stops claiming, lets the calls in
+// progress finish (each bounded by CallTimeout), puts back claimed rows that
+// were not called, commits every outcome, and returns nil. It returns an
+// error only if it cannot start.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer d.running.Store(false)
+	d.log.Info("dispatcher started", "kinds", d.kinds, "concurrency", d.cfg.Concurrency, "lease", d.cfg.Lease)
+
+	jobs := make(chan job, int(d.capacity())+d.cfg.BatchSize)
+	results := make(chan outcome, int(d.capacity())+d.cfg.BatchSize)
+
+	// Two claimers and two completers keep a statement in flight while the
+	// previous one returns, so throughput is not bounded by one round trip.
+	var producers sync.WaitGroup
+	for range pipelines {
+		producers.Add(1)
+		go func() { defer producers.Done(); d.claimLoop(ctx, jobs) }()
+	}
+	producers.Add(1)
+	go func() { defer producers.Done(); d.maintainLoop(ctx, jobs) }()
+
+	var workers sync.WaitGroup
+	for range d.cfg.Concurrency {
+		workers.Add(1)
+		go func() { defer workers.Done(); d.work(ctx, jobs, results) }()
+	}
+	var completers sync.WaitGroup
+	for range pipelines {
+		completers.Add(1)
+		go func() { defer completers.Done(); d.completeLoop(context.WithoutCancel(ctx), results) }()
+	}
+
+	producers.Wait()
+	close(jobs)
+	workers.Wait()
+	close(results)
+	completers.Wait()
+	d.log.Info("dispatcher stopped")
+	return nil
+}
+
+// setErr records the outcome of the last claim for Healthy.
+func (d *Dispatcher) setErr(err error) {
+	if err == nil {
+		if p := d.lastErr.Load(); p == nil || *p == nil {
+			return
+		}
+	}
+	d.lastErr.Store(&err)
+}
+
+func (d *Dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pipelines is the number of claiming and of completing goroutines.
+const pipelines = 2
+
+// reserve takes up to BatchSize free slots, at least minN, for a claim; the
+// claim gives back what it did not use. It returns 0 when fewer are free.
+func (d *Dispatcher) reserve(minN int64) int {
+	for {
+		cur := d.inflight.Load()
+		free := d.capacity() - cur
+		if free < max(minN, 1) {
+			return 0
+		}
+		n := min(free, int64(d.cfg.BatchSize))
+		if d.inflight.CompareAndSwap(cur, cur+n) {
+			return int(n)
+		}
+	}
+}
+
+// claimLoop claims due pending rows whenever call slots are free.
+func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- job) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	minClaim := max(int64(1), int64(min(d.cfg.Concurrency, d.cfg.BatchSize))/2)
+	for {
+		full := false
+		minN := minClaim
+		if d.inflight.Load() == 0 {
+			minN = 1
+		}
+		if n := d.reserve(minN); n > 0 {
+			got, err := d.claim(ctx, d.sql.claim, d.kinds, n, false, jobs)
+			d.setErr(err)
+			if err != nil && ctx.Err() == nil {
+				d.log.Error("claim failed", "err", err)
+			}
+			full = err == nil && got == n
+		} else {
+			full = true // busy: wait for a slot, not for the poll
+		}
+		if full {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.wake:
+				continue
+			}
+		}
+		timer.Reset(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// claim runs one claiming statement for n reserved slots and queues the
+// rows it returns, giving back the slots it did not fill.
+func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n int, lookup bool, jobs chan<- job) (got int, err error) {
+	defer func() { d.inflight.Add(int64(got - n)) }()
+	if len(kinds) == 0 || n <= 0 {
+		return 0, nil
+	}
+	slack := d.cfg.Lease - d.cfg.CallTimeout
+	startBy := time.Now().Add(slack - slack/4) // measured before the lease starts
+	rows, err := d.db.Query(ctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
+	if err != nil {
+		return 0, fmt.Errorf("sideeffect: claim: %w", err)
+	}
+	var claimed []job
+	for rows.Next() {
+		var j job
+		c := &j.call
+		if err := rows.Scan(&c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("sideeffect: claim: %w", err)
+		}
+		j.caps, j.lookup, j.startBy = d.caps[c.Kind], lookup, startBy
+		claimed = append(claimed, j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		// The statement did not commit: nothing was claimed.
+		return 0, fmt.Errorf("sideeffect: claim: %w", err)
+	}
+	if len(claimed) == 0 {
+		return 0, nil
+	}
+	if !lookup {
+		for _, j := range claimed {
+			d.m.transitions.WithLabelValues(j.call.Kind, string(StateFired)).Inc()
+		}
+		crashpoint.Hit("sideeffect.after-fired")
+	}
+	for _, j := range claimed {
+		jobs <- j
+	}
+	return len(claimed), nil
+}
+
+// work calls providers for queued jobs.
+func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- outcome) {
+	for j := range jobs {
+		var o outcome
+		switch {
+		case ctx.Err() != nil:
+			o = d.release(j) // stopping: never start a call
+		case time.Now().After(j.startBy):
+			d.log.Warn("claimed effect waited too long to be called within its lease; put back", "id", j.call.ID, "kind", j.call.Kind)
+			o = d.release(j)
+		default:
+			o = d.do(ctx, j)
+		}
+		d.inflight.Add(-1)
+		d.signal()
+		results <- o
+	}
+}

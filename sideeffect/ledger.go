@@ -1,0 +1,169 @@
+package sideeffect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// State is the state of a recorded effect.
+type State string
+
+// The states of an effect.
+const (
+	// StatePending: recorded, waiting to be fired (first time or retry).
+	StatePending State = "pending"
+	// StateFired: a dispatcher committed that it is calling the provider.
+	StateFired State = "fired"
+	// StateConfirmed: the provider acted; ProviderRef holds its reference.
+	StateConfirmed State = "confirmed"
+	// StateFailed: the provider certainly did not act (definite error), or
+	// an operator resolved the effect as failed. Terminal.
+	StateFailed State = "failed"
+	// StateUnknown: the outcome cannot be proven; an operator decides.
+	StateUnknown State = "unknown"
+)
+
+// Valid reports whether s is one of the five states.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateFired, StateConfirmed, StateFailed, StateUnknown:
+		return true
+	}
+	return false
+}
+
+// MaxKindLen is the longest effect kind accepted.
+const MaxKindLen = 200
+
+// ErrInvalidEffect is returned (wrapped) by Record for an effect without a
+// source ID or kind, or with a kind longer than MaxKindLen.
+var ErrInvalidEffect = errors.New("sideeffect: invalid effect")
+
+// Effect is one effect a handler decided to cause.
+type Effect struct {
+	// SourceID identifies what caused the effect, typically the event or
+	// domain ID (e.g. the payment ID). Required.
+	SourceID string
+	// Kind names the effect ("email.receipt", "webhook.order-paid"); it
+	// selects the provider. Required.
+	Kind string
+	// Payload is handed to the provider as is.
+	Payload []byte
+}
+
+// Recorded is what Record returns.
+type Recorded struct {
+	// ID is the row's ID, as shown by `oncekit effects list`.
+	ID int64
+	// IdempotencyKey is oncekit.DeriveKey(SourceID, Kind), sent with every
+	// call to the provider.
+	IdempotencyKey string
+	// Existing is true when the effect had already been recorded: nothing
+	// was written, and ID is the first row's. The first payload is kept.
+	Existing bool
+}
+
+// Key returns the idempotency key of the effect of kind caused by sourceID,
+// the same one Record stores: oncekit.DeriveKey(sourceID, kind).
+func Key(sourceID, kind string) string { return oncekit.DeriveKey(sourceID, kind) }
+
+// Config configures a Ledger. The zero value works.
+type Config struct {
+	// Schema is the schema oncekit's tables live in. Defaults to "oncekit".
+	Schema string
+}
+
+// Ledger records effects and holds the operator's actions on them. It is safe
+// for concurrent use.
+type Ledger struct {
+	schema string
+	sql    statements
+}
+
+// New returns a Ledger for the configured schema. A nil config is the zero
+// Config.
+func New(cfg *Config) (*Ledger, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	schema, err := pgsql.ValidateSchema(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("sideeffect: Config.Schema: %w", err)
+	}
+	return &Ledger{schema: schema, sql: render(schema)}, nil
+}
+
+func (e Effect) validate() error {
+	switch {
+	case e.SourceID == "":
+		return fmt.Errorf("%w: empty SourceID", ErrInvalidEffect)
+	case e.Kind == "":
+		return fmt.Errorf("%w: empty Kind", ErrInvalidEffect)
+	case len(e.Kind) > MaxKindLen:
+		return fmt.Errorf("%w: Kind longer than %d bytes", ErrInvalidEffect, MaxKindLen)
+	}
+	return nil
+}
+
+// Record inserts eff as pending inside tx, the caller's transaction, so the
+// effect exists exactly when the caller's other writes commit. Recording the
+// same (SourceID, Kind) again is a no-op that returns the first row with
+// Existing set, also when the first record is in a concurrent transaction
+// (Record then waits for that transaction; if it rolls back, this one
+// inserts). Under REPEATABLE READ or SERIALIZABLE a concurrent first record
+// makes PostgreSQL report a serialization failure: retry the transaction.
+func (l *Ledger) Record(ctx context.Context, tx pgx.Tx, eff Effect) (Recorded, error) {
+	if err := eff.validate(); err != nil {
+		return Recorded{}, err
+	}
+	payload := eff.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	key := Key(eff.SourceID, eff.Kind)
+	var r Recorded
+	err := tx.QueryRow(ctx, l.sql.insert, eff.SourceID, eff.Kind, payload, key).Scan(&r.ID, &r.IdempotencyKey)
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Recorded{}, fmt.Errorf("sideeffect: record %s: %w", eff.Kind, err)
+	}
+	// ON CONFLICT DO NOTHING: the row exists (committed by now, since the
+	// insert waited for any concurrent inserter).
+	if err := tx.QueryRow(ctx, l.sql.selectBySource, eff.SourceID, eff.Kind).Scan(&r.ID, &r.IdempotencyKey); err != nil {
+		return Recorded{}, fmt.Errorf("sideeffect: record %s: read existing: %w", eff.Kind, err)
+	}
+	r.Existing = true
+	return r, nil
+}
+
+// Row is a recorded effect as stored.
+type Row struct {
+	ID             int64
+	SourceID       string
+	Kind           string
+	Payload        []byte
+	IdempotencyKey string
+	State          State
+	Attempts       int
+	NextAttemptAt  time.Time
+	LeaseOwner     string
+	LeaseExpiresAt *time.Time
+	ProviderRef    string
+	LastError      string
+	ResolvedBy     string
+	ResolutionNote string
+	ResolvedAt     *time.Time
+	CreatedAt      time.Time
+	FiredAt        *time.Time
+	ConfirmedAt    *time.Time
+	UpdatedAt      time.Time
+}

@@ -1,0 +1,64 @@
+package sideeffect
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the dispatcher's Prometheus collectors. Labels are bounded:
+// kind takes only the kinds the dispatcher has providers for.
+type metrics struct {
+	transitions      *prometheus.CounterVec   // kind, state
+	firedToConfirmed *prometheus.HistogramVec // kind
+	attempts         *prometheus.HistogramVec // kind, state (terminal or unknown)
+	unknown          *prometheus.GaugeVec     // kind
+	duplicates       *prometheus.CounterVec   // kind
+	calls            *prometheus.CounterVec   // kind, outcome
+	callSeconds      *prometheus.HistogramVec // kind
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "oncekit", "sideeffect"
+	m := &metrics{
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "transitions_total", Help: "Effects moved into a state, by kind and new state."}, []string{"kind", "state"}),
+		firedToConfirmed: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "fired_to_confirmed_seconds", Help: "Time from the last fired commit to the confirmed commit.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
+		attempts: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "attempts", Help: "Calls made for an effect when it reached confirmed, failed or unknown.",
+			Buckets: []float64{1, 2, 3, 5, 8, 13, 21}}, []string{"kind", "state"}),
+		unknown: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "unknown_effects", Help: "Effects in state unknown (waiting for an operator), refreshed by the recovery loop."}, []string{"kind"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "provider_duplicates_total", Help: "Calls the provider reported as a replay of an earlier call with the same key."}, []string{"kind"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "provider_calls_total", Help: "Provider calls by outcome (ok, duplicate, definite, indefinite) and lookups (lookup_found, lookup_missing, lookup_error)."}, []string{"kind", "outcome"}),
+		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "provider_call_seconds", Help: "Duration of provider calls.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"kind"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	register := func(c prometheus.Collector) prometheus.Collector {
+		if rerr := reg.Register(c); rerr != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(rerr, &are) {
+				return are.ExistingCollector // several dispatchers on one registry share
+			}
+			err = errors.Join(err, rerr)
+		}
+		return c
+	}
+	m.transitions = register(m.transitions).(*prometheus.CounterVec)
+	m.firedToConfirmed = register(m.firedToConfirmed).(*prometheus.HistogramVec)
+	m.attempts = register(m.attempts).(*prometheus.HistogramVec)
+	m.unknown = register(m.unknown).(*prometheus.GaugeVec)
+	m.duplicates = register(m.duplicates).(*prometheus.CounterVec)
+	m.calls = register(m.calls).(*prometheus.CounterVec)
+	m.callSeconds = register(m.callSeconds).(*prometheus.HistogramVec)
+	return m, err
+}

@@ -1,0 +1,123 @@
+package sideeffect
+
+import "github.com/oncekit/oncekit/internal/pgsql"
+
+// statements holds every SQL statement, rendered once for the schema.
+type statements struct {
+	insert, selectBySource                string
+	claim, refire, reconcile, markUnknown string
+	complete, countUnknown, purge         string
+	list, get, retry, resolve             string
+}
+
+const rowColumns = `id, source_id, kind, payload, idempotency_key, state, attempts, next_attempt_at,
+	coalesce(lease_owner, ''), lease_expires_at, coalesce(provider_ref, ''), coalesce(last_error, ''),
+	coalesce(resolved_by, ''), coalesce(resolution_note, ''), resolved_at,
+	created_at, fired_at, confirmed_at, updated_at`
+
+func render(schema string) statements {
+	r := func(s string) string { return pgsql.Render(s, schema) }
+	return statements{
+		insert: r(`INSERT INTO {schema}.side_effects (source_id, kind, payload, idempotency_key)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (source_id, kind) DO NOTHING
+RETURNING id, idempotency_key`),
+		selectBySource: r(`SELECT id, idempotency_key FROM {schema}.side_effects WHERE source_id = $1 AND kind = $2`),
+
+		// claim moves due pending rows to fired in one statement: the commit
+		// of this statement is the "fired" commit that precedes the calls.
+		claim: r(`UPDATE {schema}.side_effects s
+SET state = 'fired', attempts = s.attempts + 1, lease_owner = $1,
+	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
+	fired_at = now(), updated_at = now()
+WHERE s.id IN (
+	SELECT id FROM {schema}.side_effects
+	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($3)
+	ORDER BY next_attempt_at
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED)
+RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
+
+		// refire takes over fired rows whose lease expired, for providers
+		// that honour keys: fired again, same key, attempts+1.
+		refire: r(`UPDATE {schema}.side_effects s
+SET attempts = s.attempts + 1, lease_owner = $1,
+	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
+	fired_at = now(), updated_at = now()
+WHERE s.id IN (
+	SELECT id FROM {schema}.side_effects
+	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
+	ORDER BY next_attempt_at
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED)
+RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
+
+		// reconcile takes a lease on expired fired rows of providers that
+		// offer a lookup; attempts is unchanged (nothing is fired).
+		reconcile: r(`UPDATE {schema}.side_effects s
+SET lease_owner = $1, next_attempt_at = now() + $2::interval,
+	lease_expires_at = now() + $2::interval, updated_at = now()
+WHERE s.id IN (
+	SELECT id FROM {schema}.side_effects
+	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
+	ORDER BY next_attempt_at
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED)
+RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
+
+		// markUnknown gives up on expired fired rows of providers that
+		// neither honour keys nor offer a lookup.
+		markUnknown: r(`UPDATE {schema}.side_effects s
+SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+	last_error = 'lease expired while fired: the dispatcher died mid-call and the provider neither honours keys nor offers a lookup'
+WHERE s.id IN (
+	SELECT id FROM {schema}.side_effects
+	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($1)
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)
+RETURNING s.kind`),
+
+		// complete applies a batch of outcomes, fenced by the lease owner and
+		// the attempt that was fired, so a late result of a lost lease is
+		// dropped. "released" puts back a claimed row that was never called.
+		complete: r(`UPDATE {schema}.side_effects s
+SET state = CASE WHEN v.state = 'released' THEN 'pending' ELSE v.state END,
+	attempts = CASE WHEN v.state = 'released' THEN s.attempts - 1 ELSE s.attempts END,
+	provider_ref = coalesce(v.ref, s.provider_ref),
+	last_error = CASE WHEN v.state = 'released' THEN s.last_error ELSE v.err END,
+	next_attempt_at = CASE WHEN v.state IN ('pending', 'released', 'fired')
+		THEN now() + v.delay * interval '1 second' ELSE s.next_attempt_at END,
+	lease_expires_at = CASE WHEN v.state = 'fired' THEN now() + v.delay * interval '1 second' END,
+	lease_owner = NULL,
+	confirmed_at = CASE WHEN v.state = 'confirmed' THEN now() ELSE s.confirmed_at END,
+	updated_at = now()
+FROM unnest($2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::float8[])
+	AS v(id, attempt, state, ref, err, delay)
+WHERE s.id = v.id AND s.state = 'fired' AND s.lease_owner = $1 AND s.attempts = v.attempt
+RETURNING s.kind, s.state, s.attempts, extract(epoch FROM now() - s.fired_at)::float8`),
+
+		countUnknown: r(`SELECT kind, count(*) FROM {schema}.side_effects WHERE state = 'unknown' GROUP BY kind`),
+
+		purge: r(`DELETE FROM {schema}.side_effects WHERE id IN (
+	SELECT id FROM {schema}.side_effects
+	WHERE state IN ('confirmed', 'failed') AND created_at < $1
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)`),
+
+		list: r(`SELECT ` + rowColumns + ` FROM {schema}.side_effects
+WHERE ($1 = '' OR state = $1) AND ($2 = '' OR kind = $2) AND id > $3
+ORDER BY id LIMIT $4`),
+		get: r(`SELECT ` + rowColumns + ` FROM {schema}.side_effects WHERE id = $1`),
+		retry: r(`UPDATE {schema}.side_effects
+SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+	resolved_by = $2, resolution_note = $3, resolved_at = now(), updated_at = now()
+WHERE id = $1 AND state IN ('failed', 'unknown')
+RETURNING state`),
+		resolve: r(`UPDATE {schema}.side_effects
+SET state = $2, resolved_by = $3, resolution_note = $4, resolved_at = now(), updated_at = now(),
+	provider_ref = coalesce(nullif($5, ''), provider_ref),
+	confirmed_at = CASE WHEN $2 = 'confirmed' THEN now() ELSE confirmed_at END
+WHERE id = $1 AND state = 'unknown'
+RETURNING state`),
+	}
+}

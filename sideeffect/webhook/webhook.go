@@ -1,0 +1,233 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oncekit/oncekit/sideeffect"
+)
+
+// Header names sent with every request.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderID             = "webhook-id"
+	HeaderTimestamp      = "webhook-timestamp"
+	HeaderSignature      = "webhook-signature"
+	HeaderKind           = "Oncekit-Effect-Kind"
+	HeaderAttempt        = "Oncekit-Attempt"
+)
+
+// Config configures a webhook Provider.
+type Config struct {
+	// URL receives the POSTs. Required; http or https.
+	URL string
+	// Secret signs requests, written whsec_<base64 key>. Empty sends no
+	// webhook-signature.
+	Secret string
+	// Timeout bounds each request. Defaults to 10s.
+	Timeout time.Duration
+	// ContentType of the payload. Defaults to "application/json".
+	ContentType string
+	// Header holds extra request headers (e.g. Authorization).
+	Header http.Header
+	// KeysIgnored declares that the receiver does NOT dedup on
+	// Idempotency-Key / webhook-id. The dispatcher then never repeats a call
+	// whose outcome is unknown (a timeout, a crash mid-call): the effect
+	// becomes unknown for an operator instead. Defaults to false: receivers
+	// following Standard Webhooks dedup on webhook-id.
+	KeysIgnored bool
+	// RefHeader names the response header holding the receiver's reference
+	// for the effect. Defaults to "Webhook-Ref".
+	RefHeader string
+	// DuplicateHeader names the response header a receiver sets to "true"
+	// on a replay of an already processed key. Defaults to
+	// "Idempotent-Replayed".
+	DuplicateHeader string
+	// Client sends the requests; it must not follow redirects. Defaults to
+	// a client with a keep-alive transport of up to MaxConns connections.
+	Client *http.Client
+	// MaxConns sizes the default client's connection pool; set it to the
+	// dispatcher's Concurrency. Defaults to 64.
+	MaxConns int
+}
+
+// Provider posts effects to one webhook endpoint. It implements
+// sideeffect.Provider and sideeffect.KeyHonourer.
+type Provider struct {
+	cfg    Config
+	key    []byte
+	client *http.Client
+}
+
+// New returns a Provider for the endpoint.
+func New(cfg *Config) (*Provider, error) {
+	if cfg == nil {
+		return nil, errors.New("webhook: Config.URL is required")
+	}
+	c := *cfg
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("webhook: Config.URL: want an http(s) URL, got %q", c.URL)
+	}
+	if c.Timeout < 0 {
+		return nil, fmt.Errorf("webhook: Config.Timeout must be positive, got %s", c.Timeout)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.ContentType == "" {
+		c.ContentType = "application/json"
+	}
+	if c.RefHeader == "" {
+		c.RefHeader = "Webhook-Ref"
+	}
+	if c.DuplicateHeader == "" {
+		c.DuplicateHeader = "Idempotent-Replayed"
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 64
+	}
+	p := &Provider{cfg: c, client: c.Client}
+	if c.Secret != "" {
+		if p.key, err = ParseSecret(c.Secret); err != nil {
+			return nil, fmt.Errorf("webhook: Config.Secret: %w", err)
+		}
+	}
+	if p.client == nil {
+		p.client = NewClient(c.MaxConns)
+	}
+	return p, nil
+}
+
+// NewClient returns an HTTP client suited to webhook calls: keep-alive
+// connections (up to maxConns idle per host) and no redirects.
+func NewClient(maxConns int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = maxConns
+	t.MaxIdleConnsPerHost = maxConns
+	return &http.Client{
+		Transport:     t,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// HonoursKeys reports whether the receiver dedups on the key (not
+// Config.KeysIgnored).
+func (p *Provider) HonoursKeys() bool { return !p.cfg.KeysIgnored }
+
+// StatusError is a non-2xx answer.
+type StatusError struct {
+	Code int
+	// Body is the start of the response body.
+	Body string
+}
+
+// Error describes the answer.
+func (e *StatusError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("webhook: HTTP %d", e.Code)
+	}
+	return fmt.Sprintf("webhook: HTTP %d: %s", e.Code, e.Body)
+}
+
+// Call posts the payload, signed, with the effect's key. See the package
+// documentation for how answers are classified.
+func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(c.Payload))
+	if err != nil {
+		return "", sideeffect.Definite(fmt.Errorf("webhook: build request: %w", err))
+	}
+	for k, vs := range p.cfg.Header {
+		req.Header[k] = vs
+	}
+	h := req.Header
+	h.Set("Content-Type", p.cfg.ContentType)
+	h.Set(HeaderIdempotencyKey, c.Key)
+	now := time.Now()
+	h[HeaderID] = []string{c.Key}
+	h[HeaderTimestamp] = []string{strconv.FormatInt(now.Unix(), 10)}
+	if p.key != nil {
+		h[HeaderSignature] = []string{Sign(p.key, c.Key, now, c.Payload)}
+	}
+	h.Set(HeaderKind, c.Kind)
+	h.Set(HeaderAttempt, strconv.Itoa(c.Attempt))
+
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("webhook: POST %s: %w", p.cfg.URL, err) // indefinite
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // keep the connection reusable
+	_ = resp.Body.Close()
+
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		ref := resp.Header.Get(p.cfg.RefHeader)
+		if strings.EqualFold(resp.Header.Get(p.cfg.DuplicateHeader), "true") {
+			return ref, sideeffect.ErrDuplicate
+		}
+		return ref, nil
+	}
+	serr := &StatusError{Code: resp.StatusCode, Body: snippet(body)}
+	if Retryable(resp.StatusCode) {
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return "", sideeffect.RetryAfter(serr, d)
+		}
+		return "", serr
+	}
+	return "", sideeffect.Definite(serr)
+}
+
+// Retryable reports whether a non-2xx status is indefinite: 408, 409, 425,
+// 429 and every 5xx. Every other status is definite.
+func Retryable(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return code >= 500
+}
+
+// ParseRetryAfter reads a Retry-After value: delay seconds or an HTTP date
+// (a date in the past means zero).
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		return time.Duration(min(secs, int64(365*24*3600))) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// IsTimeout reports whether err is a request timeout (an indefinite error).
+func IsTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}

@@ -1,0 +1,185 @@
+package webhook_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/sideeffect"
+	"github.com/oncekit/oncekit/sideeffect/webhook"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// The Standard Webhooks reference vector.
+func TestSignMatchesStandardWebhooksVector(t *testing.T) {
+	t.Parallel()
+	key, err := webhook.ParseSecret(secret)
+	require.NoError(t, err)
+	got := webhook.Sign(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", time.Unix(1614265330, 0), []byte(`{"test": 2432232314}`))
+	require.Equal(t, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", got)
+
+	now := time.Unix(1614265330, 0)
+	require.NoError(t, webhook.Verify(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", "v0,xx "+got, []byte(`{"test": 2432232314}`), time.Minute, now))
+	require.ErrorIs(t, webhook.Verify(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", got, []byte(`{"test": 1}`), time.Minute, now), webhook.ErrBadSignature)
+	require.ErrorIs(t, webhook.Verify(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", got, []byte(`{"test": 2432232314}`), time.Minute, now.Add(time.Hour)), webhook.ErrBadSignature)
+	_, err = webhook.ParseSecret("whsec_not base64!")
+	require.ErrorIs(t, err, webhook.ErrInvalidSecret)
+}
+
+func call(t *testing.T, p *webhook.Provider) (string, error) {
+	t.Helper()
+	return p.Call(context.Background(), sideeffect.Call{ID: 7, Key: "k-123", Kind: "order.paid", Payload: []byte(`{"a":1}`), Attempt: 2})
+}
+
+func TestRequestCarriesKeyAndSignature(t *testing.T) {
+	t.Parallel()
+	key, _ := webhook.ParseSecret(secret)
+	var got http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		body, _ = io.ReadAll(r.Body)
+		w.Header().Set("Webhook-Ref", "evt_1")
+	}))
+	defer srv.Close()
+	p, err := webhook.New(&webhook.Config{URL: srv.URL, Secret: secret, Header: http.Header{"Authorization": {"Bearer t"}}})
+	require.NoError(t, err)
+	ref, err := call(t, p)
+	require.NoError(t, err)
+	require.Equal(t, "evt_1", ref)
+	require.Equal(t, `{"a":1}`, string(body))
+	require.Equal(t, "k-123", got.Get("Idempotency-Key"))
+	require.Equal(t, "k-123", got.Get("webhook-id"))
+	require.Equal(t, "order.paid", got.Get("Oncekit-Effect-Kind"))
+	require.Equal(t, "2", got.Get("Oncekit-Attempt"))
+	require.Equal(t, "Bearer t", got.Get("Authorization"))
+	require.Equal(t, "application/json", got.Get("Content-Type"))
+	require.NoError(t, webhook.Verify(key, got.Get("webhook-id"), got.Get("webhook-timestamp"), got.Get("webhook-signature"), body, time.Minute, time.Now()))
+	require.True(t, p.HonoursKeys())
+}
+
+func TestStatusClassification(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code       int
+		retryAfter string
+		definite   bool
+		ok         bool
+		wait       time.Duration
+	}{
+		{code: 200, ok: true}, {code: 201, ok: true}, {code: 204, ok: true},
+		{code: 301, definite: true}, {code: 400, definite: true}, {code: 401, definite: true}, {code: 404, definite: true},
+		{code: 410, definite: true}, {code: 422, definite: true},
+		{code: 408}, {code: 409}, {code: 425}, {code: 429, retryAfter: "7", wait: 7 * time.Second},
+		{code: 500}, {code: 502}, {code: 503, retryAfter: "2", wait: 2 * time.Second}, {code: 504},
+	} {
+		t.Run(strconv.Itoa(tc.code), func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.retryAfter != "" {
+					w.Header().Set("Retry-After", tc.retryAfter)
+				}
+				if tc.code == 301 {
+					w.Header().Set("Location", "/elsewhere")
+				}
+				w.WriteHeader(tc.code)
+				_, _ = w.Write([]byte("answer"))
+			}))
+			defer srv.Close()
+			p, err := webhook.New(&webhook.Config{URL: srv.URL})
+			require.NoError(t, err)
+			_, err = call(t, p)
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			require.Equal(t, tc.definite, sideeffect.IsDefinite(err), "%v", err)
+			var se *webhook.StatusError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, tc.code, se.Code)
+			d, ok := sideeffect.RetryAfterOf(err)
+			require.Equal(t, tc.wait > 0, ok)
+			require.Equal(t, tc.wait, d)
+		})
+	}
+}
+
+func TestDuplicateReport(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.Header().Set("Webhook-Ref", "evt_first")
+	}))
+	defer srv.Close()
+	p, err := webhook.New(&webhook.Config{URL: srv.URL})
+	require.NoError(t, err)
+	ref, err := call(t, p)
+	require.ErrorIs(t, err, sideeffect.ErrDuplicate)
+	require.False(t, sideeffect.IsDefinite(err))
+	require.Equal(t, "evt_first", ref)
+}
+
+func TestTransportErrorsAreIndefinite(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-block:
+		}
+	}))
+	defer slow.Close()
+	defer close(block)
+	p, err := webhook.New(&webhook.Config{URL: slow.URL, Timeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = call(t, p)
+	require.Error(t, err)
+	require.False(t, sideeffect.IsDefinite(err))
+	require.True(t, webhook.IsTimeout(err), "%v", err)
+
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	p, err = webhook.New(&webhook.Config{URL: gone.URL})
+	require.NoError(t, err)
+	_, err = call(t, p)
+	require.Error(t, err)
+	require.False(t, sideeffect.IsDefinite(err))
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false}, {"0", 0, true}, {"120", 2 * time.Minute, true}, {" 3 ", 3 * time.Second, true},
+		{"-1", 0, false}, {"soon", 0, false},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+	} {
+		got, ok := webhook.ParseRetryAfter(tc.in, now)
+		require.Equal(t, tc.ok, ok, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, c := range []*webhook.Config{nil, {}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "http://x", Secret: "whsec_!!"}, {URL: "http://x", Timeout: -1}} {
+		_, err := webhook.New(c)
+		require.Error(t, err, "%+v", c)
+	}
+	p, err := webhook.New(&webhook.Config{URL: "https://example.com/hook", KeysIgnored: true})
+	require.NoError(t, err)
+	require.False(t, p.HonoursKeys())
+}
