@@ -75,8 +75,9 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte) (conn *pgx
 		var status *int32
 		var headers []byte
 		var age float64
+		var state *string
 		var got record
-		err := row.Scan(&claimed, &token, &got.fingerprint, &got.state, &status, &headers, &got.body, &got.sealed, &age)
+		err := row.Scan(&claimed, &token, &got.fingerprint, &state, &status, &headers, &got.body, &got.sealed, &age)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -84,6 +85,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte) (conn *pgx
 			return err
 		}
 		if !claimed {
+			got.state = *state
 			if err := got.fill(status, headers, age); err != nil {
 				return err
 			}
