@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -55,9 +56,17 @@ func tenantFromHeader(r *http.Request) (string, error) {
 // route (Operation and Tenant filled in when empty).
 func newHarness(t *testing.T, route idempotency.Route, cfg *idempotency.Config) *harness {
 	t.Helper()
-	h := &harness{db: testenv.NewDB(t)}
-	_, err := h.db.Pool.Exec(context.Background(), paymentsDDL)
+	db := testenv.NewDB(t)
+	_, err := db.Pool.Exec(context.Background(), paymentsDDL)
 	require.NoError(t, err)
+	return newHarnessOn(t, db, route, cfg)
+}
+
+// newHarnessOn is newHarness on an existing database schema.
+func newHarnessOn(t *testing.T, db *testenv.DB, route idempotency.Route, cfg *idempotency.Config) *harness {
+	t.Helper()
+	h := &harness{db: db}
+	var err error
 	if cfg == nil {
 		cfg = &idempotency.Config{}
 	}
@@ -118,6 +127,7 @@ func (h *harness) createPayment(pool *pgxpool.Pool) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
+		crashpoint.Hit("idempotency.mid-handler") // crash tests: die after the write, inside the handler
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Location", "/payments/"+id.String())
 		w.Header().Set("ETag", fmt.Sprintf(`"%d"`, h.runs.Load()))
