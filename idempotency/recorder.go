@@ -48,7 +48,7 @@ func (r *recorder) sendTo(w http.ResponseWriter) {
 	for k, v := range r.header {
 		h[k] = v
 	}
-	if h.Get("Content-Length") == "" {
+	if h.Get("Content-Length") == "" && bodyAllowed(r.code()) {
 		h.Set("Content-Length", strconv.Itoa(r.body.Len()))
 	}
 	w.WriteHeader(r.code())
@@ -73,7 +73,14 @@ func replay(w http.ResponseWriter, rec *record, body []byte) {
 		h[k] = v
 	}
 	h.Set(HeaderReplayed, "true")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if bodyAllowed(rec.status) {
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+	}
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(body)
+}
+
+// bodyAllowed reports whether a response with this status may carry a body.
+func bodyAllowed(status int) bool {
+	return !(status >= 100 && status < 200) && status != http.StatusNoContent && status != http.StatusNotModified
 }
