@@ -113,7 +113,8 @@ type Route struct {
 	// Mode is Separate (the default) or SameTx.
 	Mode Mode
 	// Optional lets requests without an Idempotency-Key through to the handler
-	// untouched. Defaults to false: the key is required.
+	// untouched (it then gets no Info and, in SameTx mode, no Tx). Defaults to
+	// false: the key is required.
 	Optional bool
 	// Tenant extracts the tenant or scope of a request (an account ID from the
 	// authenticated principal, say). A key never matches across tenants. An

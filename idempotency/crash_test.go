@@ -26,6 +26,7 @@ import (
 const (
 	helperEnv       = "ONCEKIT_EDGE_HELPER"
 	helperSchemaEnv = "ONCEKIT_EDGE_SCHEMA"
+	helperModeEnv   = "ONCEKIT_EDGE_MODE"
 	crashLease      = time.Second
 )
 
@@ -47,12 +48,19 @@ func TestHelperProcess(t *testing.T) {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	mw, err := edge.Route(crashRoute())
+	route, h := crashRoute(), &harness{}
+	if os.Getenv(helperModeEnv) == idempotency.SameTx.String() {
+		route = sameTxRoute()
+		if h.event, err = paymentEvents(os.Getenv(helperSchemaEnv)); err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+	}
+	mw, err := edge.Route(route)
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	h := &harness{}
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", mw(h.createPayment(pool)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -71,11 +79,11 @@ func crashRoute() *idempotency.Route {
 
 // startHelper runs the helper server in a subprocess armed to die at point and
 // returns its base URL.
-func startHelper(t *testing.T, db *testenv.DB, point string) (*exec.Cmd, string) {
+func startHelper(t *testing.T, db *testenv.DB, mode idempotency.Mode, point string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "DATABASE_URL="+db.URL, helperSchemaEnv+"="+db.Schema,
-		crashpoint.EnvVar+"="+point)
+		helperModeEnv+"="+mode.String(), crashpoint.EnvVar+"="+point)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -117,15 +125,8 @@ func TestCrashMidHandlerRecoversOnce(t *testing.T) {
 			db := testenv.NewDB(t)
 			_, err := db.Pool.Exec(ctx, paymentsDDL)
 			require.NoError(t, err)
-			cmd, url := startHelper(t, db, c.point)
-
-			_, err = tryPost(url+"/payments", "acme", "pay-1", `{"amount":100}`)
-			require.Error(t, err, "the process should have died mid-request")
-			err = cmd.Wait()
-			var exit *exec.ExitError
-			require.True(t, errors.As(err, &exit), "helper: %v", err)
-			ws := exit.Sys().(syscall.WaitStatus)
-			require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "helper exit: %v", err)
+			cmd, url := startHelper(t, db, idempotency.Separate, c.point)
+			postAndDie(t, cmd, url)
 
 			require.Equal(t, 1, count(t, db, `SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' AND token = 1`))
 			require.Equal(t, c.rowsAtCrash, count(t, db, `SELECT count(*) FROM payments`))
@@ -176,4 +177,17 @@ func TestCrashMidHandlerRecoversOnce(t *testing.T) {
 			require.EqualValues(t, 1, h.runs.Load())
 		})
 	}
+}
+
+// postAndDie sends the request the helper process dies in, and checks that it
+// died of SIGKILL.
+func postAndDie(t *testing.T, cmd *exec.Cmd, url string) {
+	t.Helper()
+	_, err := tryPost(url+"/payments", "acme", "pay-1", `{"amount":100}`)
+	require.Error(t, err, "the process should have died mid-request")
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "helper: %v", err)
+	ws := exit.Sys().(syscall.WaitStatus)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "helper exit: %v", err)
 }

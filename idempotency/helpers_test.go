@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -36,6 +38,9 @@ type harness struct {
 	status atomic.Int64 // status the handler answers (0: 201)
 	gate   chan struct{}
 	inside chan struct{} // receives once per execution, when gate is set
+	// event, when set, writes the payment's event in the claim's transaction
+	// (SameTx mode).
+	event func(ctx context.Context, tx pgx.Tx, paymentID uuid.UUID) error
 }
 
 // tenantErr is the error the tests' tenant extractor returns without a tenant.
@@ -120,6 +125,9 @@ func (h *harness) createPayment(pool *pgxpool.Pool) http.HandlerFunc {
 		var err error
 		if tx, ok := idempotency.Tx(r); ok {
 			_, err = tx.Exec(r.Context(), insert, id, info.Tenant, in.Amount)
+			if err == nil && h.event != nil {
+				err = h.event(r.Context(), tx, id)
+			}
 		} else {
 			_, err = pool.Exec(r.Context(), insert, id, info.Tenant, in.Amount)
 		}
