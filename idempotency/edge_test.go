@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/idempotency"
@@ -360,4 +361,38 @@ func TestRouteValidation(t *testing.T) {
 	_, err = idempotency.New(h.db.Pool, &idempotency.Config{Schema: "Bad-Name"})
 	require.ErrorContains(t, err, "Config.Schema")
 	_ = context.Background()
+}
+
+// With a Wait, a request that met the key in progress executes itself when
+// the first request's 5xx released the key, instead of replaying.
+func TestWaitersExecuteAfterRelease(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			h := newHarness(t, idempotency.Route{Mode: mode, Wait: 10 * time.Second}, &idempotency.Config{Registerer: reg})
+			h.failRuns = 1
+			release := h.withGate()
+			defer release()
+			first := make(chan response, 1)
+			go func() { first <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+			<-h.inside
+			second := make(chan response, 1)
+			go func() { second <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+			require.Eventually(t, func() bool { // the second is waiting for the first
+				if mode == idempotency.SameTx {
+					return count(t, h.db, `SELECT count(*) FROM pg_stat_activity
+						WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, h.db.Schema) == 1
+				}
+				return metricValue(t, reg, "oncekit_idempotency_in_progress_age_seconds") > 0
+			}, 5*time.Second, 10*time.Millisecond)
+			release()
+			require.Equal(t, http.StatusServiceUnavailable, (<-first).status)
+			got := <-second
+			require.Equal(t, http.StatusCreated, got.status, got.body)
+			require.Empty(t, got.header.Get(idempotency.HeaderReplayed))
+			require.EqualValues(t, 2, h.runs.Load())
+		})
+	}
 }

@@ -36,6 +36,8 @@ type harness struct {
 	srv    *httptest.Server
 	runs   atomic.Int64 // handler executions
 	status atomic.Int64 // status the handler answers (0: 201)
+	// failRuns makes the first failRuns executions answer 503.
+	failRuns int64
 	gate   chan struct{}
 	inside chan struct{} // receives once per execution, when gate is set
 	// event, when set, writes the payment's event in the claim's transaction
@@ -98,7 +100,7 @@ func newHarnessOn(t *testing.T, db *testenv.DB, route idempotency.Route, cfg *id
 // the pool (ON CONFLICT DO NOTHING) in Separate mode.
 func (h *harness) createPayment(pool *pgxpool.Pool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		h.runs.Add(1)
+		run := h.runs.Add(1)
 		if h.gate != nil {
 			h.inside <- struct{}{}
 			<-h.gate
@@ -108,6 +110,10 @@ func (h *harness) createPayment(pool *pgxpool.Pool) http.HandlerFunc {
 		}
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if run <= h.failRuns {
+			http.Error(w, "try again", http.StatusServiceUnavailable)
 			return
 		}
 		if s := h.status.Load(); s != 0 {

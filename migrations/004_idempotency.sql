@@ -29,5 +29,8 @@ CREATE TABLE {schema}.idempotency_keys (
 -- Cleanup deletes expired completed rows in batches, oldest first.
 CREATE INDEX idempotency_keys_expired ON {schema}.idempotency_keys (expires_at) WHERE state = 'completed';
 
--- Drift and metrics look for in_progress rows past their lease.
-CREATE INDEX idempotency_keys_in_progress ON {schema}.idempotency_keys (locked_until) WHERE state = 'in_progress';
+-- Drift and metrics look for in_progress rows past their lease. Same-transaction
+-- claims (locked_until NULL, never visible uncommitted) stay out of it, which
+-- spares their hot path one index write.
+CREATE INDEX idempotency_keys_in_progress ON {schema}.idempotency_keys (locked_until)
+	WHERE state = 'in_progress' AND locked_until IS NOT NULL;
