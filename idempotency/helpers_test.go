@@ -38,8 +38,8 @@ type harness struct {
 	status atomic.Int64 // status the handler answers (0: 201)
 	// failRuns makes the first failRuns executions answer 503.
 	failRuns int64
-	gate   chan struct{}
-	inside chan struct{} // receives once per execution, when gate is set
+	gate     chan struct{}
+	inside   chan struct{} // receives once per execution, when gate is set
 	// event, when set, writes the payment's event in the claim's transaction
 	// (SameTx mode).
 	event func(ctx context.Context, tx pgx.Tx, paymentID uuid.UUID) error
