@@ -13,6 +13,7 @@ import (
 // middleware.
 type recorder struct {
 	header http.Header
+	sent   http.Header // header as of WriteHeader, as net/http would send it
 	status int
 	body   bytes.Buffer
 }
@@ -24,14 +25,23 @@ func (r *recorder) Header() http.Header { return r.header }
 func (r *recorder) WriteHeader(status int) {
 	if r.status == 0 {
 		r.status = status
+		r.sent = r.header.Clone()
 	}
 }
 
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
-		r.status = http.StatusOK
+		r.WriteHeader(http.StatusOK)
 	}
 	return r.body.Write(p)
+}
+
+// headers returns the response header as the client gets it.
+func (r *recorder) headers() http.Header {
+	if r.sent == nil {
+		return r.header
+	}
+	return r.sent
 }
 
 // code is the response status (200 if the handler wrote nothing).
@@ -45,7 +55,7 @@ func (r *recorder) code() int {
 // sendTo writes the buffered response to w.
 func (r *recorder) sendTo(w http.ResponseWriter) {
 	h := w.Header()
-	for k, v := range r.header {
+	for k, v := range r.headers() {
 		h[k] = v
 	}
 	if h.Get("Content-Length") == "" && bodyAllowed(r.code()) {
@@ -59,7 +69,7 @@ func (r *recorder) sendTo(w http.ResponseWriter) {
 func (r *recorder) replayHeaders(allow []string) ([]byte, error) {
 	kept := http.Header{}
 	for _, name := range allow {
-		if v, ok := r.header[name]; ok {
+		if v, ok := r.headers()[name]; ok {
 			kept[name] = v
 		}
 	}
