@@ -191,3 +191,32 @@ func postAndDie(t *testing.T, cmd *exec.Cmd, url string) {
 	ws := exit.Sys().(syscall.WaitStatus)
 	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "helper exit: %v", err)
 }
+
+// An owner that lost its claim (another request recovered it while this one
+// could not renew its lease: here the takeover is simulated in SQL) has its
+// handler context cancelled with ErrOwnershipLost, and its late response is
+// not stored over the new owner's claim.
+func TestFencedOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, idempotency.Route{}, nil)
+	mw, err := h.edge.Route(&idempotency.Route{Operation: "slow", Lease: 90 * time.Millisecond})
+	require.NoError(t, err)
+	causes := make(chan error, 1)
+	url := newServer(t, mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		causes <- context.Cause(r.Context())
+		w.WriteHeader(http.StatusCreated)
+	})))
+	done := make(chan response, 1)
+	go func() { done <- post(t, url+"/", "", "k", `{}`) }()
+	require.Eventually(t, func() bool {
+		tag, err := h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET token = token + 1, recoveries = recoveries + 1
+			WHERE key = 'k' AND state = 'in_progress'`)
+		require.NoError(t, err)
+		return tag.RowsAffected() == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	require.ErrorIs(t, <-causes, idempotency.ErrOwnershipLost)
+	require.Equal(t, http.StatusCreated, (<-done).status) // the stale owner's answer still reaches its client
+	require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE key = 'k' AND state = 'in_progress' AND token = 2`))
+}

@@ -123,7 +123,7 @@ func (rt *route) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 				fmt.Sprintf("the body exceeds %d bytes", rt.cfg.MaxBodyBytes), 0)
 			return
 		}
-		writeProblem(w, http.StatusBadRequest, CodeBodyTooLarge, "the body could not be read", 0)
+		writeProblem(w, http.StatusBadRequest, CodeBodyUnreadable, "the body could not be read", 0)
 		return
 	}
 	id := recordID{tenant: tenant, operation: rt.cfg.Operation, key: key}
@@ -168,9 +168,7 @@ func (rt *route) answerExisting(w http.ResponseWriter, id recordID, fp []byte, r
 		if waitMore {
 			return false
 		}
-		rt.count(OutcomeConflictInProgress)
-		writeProblem(w, http.StatusConflict, CodeInProgress,
-			"a request with this Idempotency-Key is still being processed; retry later", rt.retryAfterSeconds())
+		rt.inProgress(w)
 		return true
 	}
 	body := rec.body

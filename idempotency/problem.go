@@ -13,6 +13,7 @@ const (
 	CodeKeyReused        = "IDEMPOTENCY_KEY_REUSED"
 	CodeInProgress       = "IDEMPOTENCY_REQUEST_IN_PROGRESS"
 	CodeBodyTooLarge     = "REQUEST_BODY_TOO_LARGE"
+	CodeBodyUnreadable   = "REQUEST_BODY_UNREADABLE"
 	CodeScopeRejected    = "IDEMPOTENCY_SCOPE_REJECTED"
 	CodeStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
 )
@@ -32,6 +33,7 @@ var problemTitles = map[string]string{
 	CodeKeyReused:        "Idempotency-Key was used for a different request",
 	CodeInProgress:       "A request with this Idempotency-Key is in progress",
 	CodeBodyTooLarge:     "Request body too large",
+	CodeBodyUnreadable:   "Request body could not be read",
 	CodeScopeRejected:    "Request scope could not be determined",
 	CodeStoreUnavailable: "Idempotency store unavailable",
 }
