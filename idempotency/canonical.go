@@ -1,0 +1,365 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// ErrNotCanonicalizable is returned by CanonicalJSON for input that is not
+// I-JSON (RFC 7493): malformed JSON, invalid UTF-8, lone surrogates, duplicate
+// object member names, numbers outside the IEEE 754 double range, or nesting
+// deeper than maxDepth.
+var ErrNotCanonicalizable = errors.New("idempotency: body is not canonicalizable JSON")
+
+// maxDepth bounds nesting so that hostile input cannot exhaust the stack.
+const maxDepth = 512
+
+// CanonicalJSON returns the RFC 8785 (JSON Canonicalization Scheme) form of
+// the JSON text in data: no insignificant whitespace, object members sorted by
+// the UTF-16 code units of their names, numbers in ECMAScript's shortest
+// round-trip form, strings with minimal escaping. Two JSON texts that differ
+// only in member order, whitespace, escapes or number spelling (1.0 vs 1e0)
+// canonicalize to the same bytes, and CanonicalJSON(CanonicalJSON(x)) ==
+// CanonicalJSON(x).
+func CanonicalJSON(data []byte) ([]byte, error) {
+	p := &jcsParser{in: data}
+	p.skipSpace()
+	out, err := p.value(make([]byte, 0, len(data)), 0)
+	if err != nil {
+		return nil, err
+	}
+	p.skipSpace()
+	if p.pos != len(p.in) {
+		return nil, p.errorf("trailing data")
+	}
+	return out, nil
+}
+
+type jcsParser struct {
+	in  []byte
+	pos int
+}
+
+func (p *jcsParser) errorf(format string, args ...any) error {
+	return fmt.Errorf("%w: offset %d: %s", ErrNotCanonicalizable, p.pos, fmt.Sprintf(format, args...))
+}
+
+func (p *jcsParser) skipSpace() {
+	for p.pos < len(p.in) {
+		switch p.in[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, p.errorf("nested deeper than %d", maxDepth)
+	}
+	if p.pos >= len(p.in) {
+		return nil, p.errorf("unexpected end of input")
+	}
+	switch c := p.in[p.pos]; {
+	case c == '{':
+		return p.object(out, depth)
+	case c == '[':
+		return p.array(out, depth)
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		return appendJCSString(out, s), nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number(out)
+	default:
+		for _, lit := range []string{"true", "false", "null"} {
+			if strings.HasPrefix(string(p.in[p.pos:min(len(p.in), p.pos+len(lit))]), lit) {
+				p.pos += len(lit)
+				return append(out, lit...), nil
+			}
+		}
+		return nil, p.errorf("unexpected character %q", c)
+	}
+}
+
+type member struct {
+	name  string
+	units []uint16
+	value []byte
+}
+
+func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
+	p.pos++ // {
+	var members []member
+	p.skipSpace()
+	if p.pos < len(p.in) && p.in[p.pos] == '}' {
+		p.pos++
+		return append(out, "{}"...), nil
+	}
+	for {
+		p.skipSpace()
+		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
+			return nil, p.errorf("expected member name")
+		}
+		name, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
+			return nil, p.errorf("expected ':'")
+		}
+		p.pos++
+		p.skipSpace()
+		v, err := p.value(nil, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, member{name: name, units: utf16.Encode([]rune(name)), value: v})
+		p.skipSpace()
+		if p.pos >= len(p.in) {
+			return nil, p.errorf("unterminated object")
+		}
+		if p.in[p.pos] == ',' {
+			p.pos++
+			continue
+		}
+		if p.in[p.pos] != '}' {
+			return nil, p.errorf("expected ',' or '}'")
+		}
+		p.pos++
+		break
+	}
+	slices.SortFunc(members, func(a, b member) int { return slices.Compare(a.units, b.units) })
+	out = append(out, '{')
+	for i, m := range members {
+		if i > 0 {
+			if m.name == members[i-1].name {
+				return nil, p.errorf("duplicate member name %q", m.name)
+			}
+			out = append(out, ',')
+		}
+		out = appendJCSString(out, m.name)
+		out = append(out, ':')
+		out = append(out, m.value...)
+	}
+	return append(out, '}'), nil
+}
+
+func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
+	p.pos++ // [
+	out = append(out, '[')
+	p.skipSpace()
+	if p.pos < len(p.in) && p.in[p.pos] == ']' {
+		p.pos++
+		return append(out, ']'), nil
+	}
+	for first := true; ; first = false {
+		if !first {
+			out = append(out, ',')
+		}
+		p.skipSpace()
+		var err error
+		if out, err = p.value(out, depth+1); err != nil {
+			return nil, err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.in) {
+			return nil, p.errorf("unterminated array")
+		}
+		if p.in[p.pos] == ',' {
+			p.pos++
+			continue
+		}
+		if p.in[p.pos] != ']' {
+			return nil, p.errorf("expected ',' or ']'")
+		}
+		p.pos++
+		return append(out, ']'), nil
+	}
+}
+
+// str parses a JSON string at p.pos and returns its decoded value, rejecting
+// invalid UTF-8 and unpaired surrogates.
+func (p *jcsParser) str() (string, error) {
+	p.pos++ // opening quote
+	var b strings.Builder
+	for {
+		if p.pos >= len(p.in) {
+			return "", p.errorf("unterminated string")
+		}
+		c := p.in[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return b.String(), nil
+		case c == '\\':
+			if p.pos+1 >= len(p.in) {
+				return "", p.errorf("unterminated escape")
+			}
+			e := p.in[p.pos+1]
+			p.pos += 2
+			switch e {
+			case '"', '\\', '/':
+				b.WriteByte(e)
+			case 'b':
+				b.WriteByte('\b')
+			case 'f':
+				b.WriteByte('\f')
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'u':
+				r, err := p.hex4()
+				if err != nil {
+					return "", err
+				}
+				if utf16.IsSurrogate(r) {
+					if r >= 0xdc00 || p.pos+1 >= len(p.in) || p.in[p.pos] != '\\' || p.in[p.pos+1] != 'u' {
+						return "", p.errorf("unpaired surrogate")
+					}
+					p.pos += 2
+					r2, err := p.hex4()
+					if err != nil {
+						return "", err
+					}
+					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+						return "", p.errorf("unpaired surrogate")
+					}
+				}
+				b.WriteRune(r)
+			default:
+				return "", p.errorf("bad escape \\%c", e)
+			}
+		case c < 0x20:
+			return "", p.errorf("control character in string")
+		case c < utf8.RuneSelf:
+			b.WriteByte(c)
+			p.pos++
+		default:
+			r, size := utf8.DecodeRune(p.in[p.pos:])
+			if r == utf8.RuneError && size <= 1 {
+				return "", p.errorf("invalid UTF-8")
+			}
+			b.Write(p.in[p.pos : p.pos+size])
+			p.pos += size
+		}
+	}
+}
+
+func (p *jcsParser) hex4() (rune, error) {
+	if p.pos+4 > len(p.in) {
+		return 0, p.errorf("short \\u escape")
+	}
+	n, err := strconv.ParseUint(string(p.in[p.pos:p.pos+4]), 16, 32)
+	if err != nil {
+		return 0, p.errorf("bad \\u escape")
+	}
+	p.pos += 4
+	return rune(n), nil
+}
+
+func (p *jcsParser) number(out []byte) ([]byte, error) {
+	start := p.pos
+	if p.in[p.pos] == '-' {
+		p.pos++
+	}
+	digits := func() int {
+		n := 0
+		for p.pos < len(p.in) && p.in[p.pos] >= '0' && p.in[p.pos] <= '9' {
+			p.pos++
+			n++
+		}
+		return n
+	}
+	intStart := p.pos
+	if n := digits(); n == 0 || (n > 1 && p.in[intStart] == '0') {
+		return nil, p.errorf("bad number")
+	}
+	if p.pos < len(p.in) && p.in[p.pos] == '.' {
+		p.pos++
+		if digits() == 0 {
+			return nil, p.errorf("bad number")
+		}
+	}
+	if p.pos < len(p.in) && (p.in[p.pos] == 'e' || p.in[p.pos] == 'E') {
+		p.pos++
+		if p.pos < len(p.in) && (p.in[p.pos] == '+' || p.in[p.pos] == '-') {
+			p.pos++
+		}
+		if digits() == 0 {
+			return nil, p.errorf("bad number")
+		}
+	}
+	f, err := strconv.ParseFloat(string(p.in[start:p.pos]), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return nil, p.errorf("number out of range")
+	}
+	return appendES6Number(out, f), nil
+}
+
+// appendES6Number formats f as ECMAScript's Number.prototype.toString does
+// (RFC 8785 section 3.2.2.3): shortest round-trip digits, fixed notation for
+// 1e-6 <= |f| < 1e21, otherwise exponent notation with an explicit sign.
+func appendES6Number(out []byte, f float64) []byte {
+	if f == 0 {
+		return append(out, '0') // also for -0
+	}
+	abs := math.Abs(f)
+	if abs >= 1e-6 && abs < 1e21 {
+		return strconv.AppendFloat(out, f, 'f', -1, 64)
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64)
+	// Go writes at least two exponent digits (1e-07); ECMAScript does not.
+	mant, exp, _ := strings.Cut(s, "e")
+	sign, digits := exp[:1], strings.TrimLeft(exp[1:], "0")
+	out = append(out, mant...)
+	out = append(out, 'e')
+	out = append(out, sign...)
+	return append(out, digits...)
+}
+
+// appendJCSString writes s as a JSON string with RFC 8785's minimal escaping:
+// only '"', '\\' and control characters are escaped, the usual ones by their
+// short forms and the rest as lower-case \u00xx.
+func appendJCSString(out []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	out = append(out, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '"', '\\':
+			out = append(out, '\\', c)
+		case '\b':
+			out = append(out, '\\', 'b')
+		case '\f':
+			out = append(out, '\\', 'f')
+		case '\n':
+			out = append(out, '\\', 'n')
+		case '\r':
+			out = append(out, '\\', 'r')
+		case '\t':
+			out = append(out, '\\', 't')
+		default:
+			if c < 0x20 {
+				out = append(out, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			} else {
+				out = append(out, c)
+			}
+		}
+	}
+	return append(out, '"')
+}

@@ -1,0 +1,112 @@
+package idempotency_test
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/idempotency"
+)
+
+func TestCanonicalJSON(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ in, want string }{
+		// RFC 8785 section 3.2.2 example (numbers, literals, string escaping).
+		{`{
+  "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+  "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+  "literals": [null, true, false]
+}`, `{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`},
+		// RFC 8785 section 3.2.3: sorting by UTF-16 code units.
+		{`{"\u20ac": "Euro Sign", "\r": "Carriage Return", "\ufb33": "Hebrew Letter Dalet With Dagesh",
+		  "1": "One", "\ud83d\ude00": "Emoji: Grinning Face", "\u0080": "Control", "\u00f6": "Latin Small Letter O With Diaeresis"}`,
+			`{"\r":"Carriage Return","1":"One","` + "\u0080" + `":"Control","ö":"Latin Small Letter O With Diaeresis","€":"Euro Sign","😀":"Emoji: Grinning Face","` + "\ufb33" + `":"Hebrew Letter Dalet With Dagesh"}`},
+		{` [ ] `, `[]`},
+		{`{"b":{"d":1,"c":[{}, -0, 1.0e0]},"a":"x"}`, `{"a":"x","b":{"c":[{},0,1],"d":1}}`},
+		{`123456789012345678901234`, `1.2345678901234569e+23`},
+		{`1e21`, `1e+21`},
+		{`1e20`, `100000000000000000000`},
+		{`0.000001`, `0.000001`},
+		{`0.0000001`, `1e-7`},
+		{`-5e-324`, `-5e-324`},
+		{`"\u2028"`, "\"\u2028\""},
+	}
+	for _, c := range cases {
+		got, err := idempotency.CanonicalJSON([]byte(c.in))
+		require.NoError(t, err, c.in)
+		require.Equal(t, c.want, string(got), c.in)
+	}
+	for _, bad := range []string{``, `{`, `{"a":1,"a":2}`, `[1,]`, `01`, `1.`, `1e`, `"\ud800"`, "\"\xff\"",
+		`1e400`, `{"a" 1}`, `tru`, `nul`, `[1] x`, "\"a\x01\"", `"\x"`} {
+		_, err := idempotency.CanonicalJSON([]byte(bad))
+		require.ErrorIs(t, err, idempotency.ErrNotCanonicalizable, "%q", bad)
+	}
+}
+
+// ES6 number serialisation agrees with the shortest round-trip value for a
+// spread of doubles (parse back gives the same float).
+func TestCanonicalJSONNumbersRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, f := range []float64{1, -1, 0.1, 1.0 / 3, 1e-7, 1e21, 1e300, math.MaxFloat64, math.SmallestNonzeroFloat64, 123e-20, 9007199254740993} {
+		out, err := idempotency.CanonicalJSON([]byte(strconv.FormatFloat(f, 'g', -1, 64)))
+		require.NoError(t, err)
+		back, err := strconv.ParseFloat(string(out), 64)
+		require.NoError(t, err)
+		require.Equal(t, f, back, string(out))
+	}
+}
+
+func TestFingerprintIgnoresOrderAndWhitespace(t *testing.T) {
+	t.Parallel()
+	a := idempotency.Fingerprint("POST", "pay", "/p", "application/json", []byte(`{"amount":100,"currency":"EUR"}`))
+	b := idempotency.Fingerprint("POST", "pay", "/p", "application/json; charset=utf-8", []byte("{ \"currency\" : \"EUR\",\n \"amount\": 1e2 }"))
+	c := idempotency.Fingerprint("POST", "pay", "/p", "application/json", []byte(`{"amount":101,"currency":"EUR"}`))
+	d := idempotency.Fingerprint("PUT", "pay", "/p", "application/json", []byte(`{"amount":100,"currency":"EUR"}`))
+	e := idempotency.Fingerprint("POST", "pay", "/p", "text/plain", []byte(`{"amount":100,"currency":"EUR"}`))
+	require.Equal(t, a, b)
+	require.NotEqual(t, a, c)
+	require.NotEqual(t, a, d)
+	require.NotEqual(t, a, e)
+}
+
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `[1e30, -0, 0.1]`, `"\u00e9\ud83d\ude00"`, `{}`, `{"a":{"b":{"c":[]}}}`, `12.5e-3`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		canon, err := idempotency.CanonicalJSON(in)
+		if err != nil {
+			return
+		}
+		again, err := idempotency.CanonicalJSON(canon)
+		if err != nil {
+			t.Fatalf("canonical form %q does not canonicalize: %v", canon, err)
+		}
+		if string(again) != string(canon) {
+			t.Fatalf("not idempotent: %q -> %q -> %q", in, canon, again)
+		}
+		if !json.Valid(canon) {
+			t.Fatalf("canonical form %q is not valid JSON", canon)
+		}
+		// Re-encoding through encoding/json (which reorders object members and
+		// re-spells strings) canonicalizes to the same bytes.
+		var v any
+		if err := json.Unmarshal(canon, &v); err != nil {
+			t.Fatalf("unmarshal canonical form: %v", err)
+		}
+		re, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		third, err := idempotency.CanonicalJSON(re)
+		if err != nil {
+			t.Fatalf("re-encoded %q does not canonicalize: %v", re, err)
+		}
+		if string(third) != string(canon) {
+			t.Fatalf("re-encoding changed the canonical form: %q vs %q", third, canon)
+		}
+	})
+}

@@ -1,0 +1,56 @@
+package idempotency
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Cleanup deletes expired completed records in batches of
+// Config.CleanupBatch until none is left, and returns how many it deleted.
+// In-progress records are never touched, whatever their age. It also
+// refreshes the in-progress gauges.
+func (e *Edge) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := e.db.Exec(ctx, e.sql.cleanup, e.cfg.CleanupBatch)
+		if err != nil {
+			return total, fmt.Errorf("idempotency: cleanup: %w", err)
+		}
+		n := tag.RowsAffected()
+		total += n
+		e.m.cleanedTotal.Add(float64(n))
+		if n < int64(e.cfg.CleanupBatch) {
+			break
+		}
+	}
+	var count int64
+	var oldest float64
+	if err := e.db.QueryRow(ctx, e.sql.inProgress).Scan(&count, &oldest); err != nil {
+		return total, fmt.Errorf("idempotency: cleanup: count in_progress: %w", err)
+	}
+	e.m.inProgress.Set(float64(count))
+	e.m.oldestAge.Set(oldest)
+	return total, nil
+}
+
+// Run calls Cleanup every Config.CleanupInterval until ctx ends, and then
+// returns nil. Errors are logged and retried at the next tick.
+func (e *Edge) Run(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		n, err := e.Cleanup(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			e.log.Error("idempotency: cleanup failed", "error", err)
+		case n > 0:
+			e.log.Debug("idempotency: cleanup", "deleted", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// DB is what the edge needs from PostgreSQL: statements for the separate
+// mode and the cleanup loop, and a dedicated connection for a
+// same-transaction claim (so that the stored response and the commit travel
+// in one round trip). *pgxpool.Pool satisfies it.
+type DB interface {
+	pgsql.Querier
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// Sealer encrypts stored response bodies at rest. Seal and Open receive the
+// record's identity (tenant, operation and key, length-prefixed) as
+// additional authenticated data, so a sealed body cannot be moved to another
+// record. Implementations must be safe for concurrent use.
+type Sealer interface {
+	Seal(plaintext, aad []byte) ([]byte, error)
+	Open(ciphertext, aad []byte) ([]byte, error)
+}
+
+// Config configures an Edge. The zero value works.
+type Config struct {
+	// Schema holds the idempotency_keys table. Defaults to "oncekit".
+	Schema string
+	// Logger receives the edge's logs; keys appear only as hashes. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the edge's metrics. Nil means no metrics.
+	Registerer prometheus.Registerer
+	// Sealer, when set, encrypts every stored response body. Defaults to nil
+	// (bodies stored as they are).
+	Sealer Sealer
+	// CleanupInterval is how often Run deletes expired records. Defaults to
+	// one minute.
+	CleanupInterval time.Duration
+	// CleanupBatch is the most rows one cleanup statement deletes. Defaults to
+	// 1000.
+	CleanupBatch int
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	schema, err := pgsql.ValidateSchema(cfg.Schema)
+	if err != nil {
+		return cfg, fmt.Errorf("idempotency: Config.Schema: %w", err)
+	}
+	cfg.Schema = schema
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.CleanupInterval == 0 {
+		cfg.CleanupInterval = time.Minute
+	}
+	if cfg.CleanupBatch == 0 {
+		cfg.CleanupBatch = 1000
+	}
+	switch {
+	case cfg.CleanupInterval < 0:
+		return cfg, errors.New("idempotency: Config.CleanupInterval must be positive")
+	case cfg.CleanupBatch < 0:
+		return cfg, errors.New("idempotency: Config.CleanupBatch must be positive")
+	}
+	return cfg, nil
+}
+
+// Mode selects how a route's claim relates to the handler's writes.
+type Mode int
+
+const (
+	// Separate commits the claim before the handler runs and stores the
+	// response after it. The handler may call external systems (through the
+	// side-effect ledger); a claim whose owner died is recovered after its
+	// lease by exactly one request, which re-runs the handler under a new
+	// fencing token.
+	Separate Mode = iota
+	// SameTx runs the handler inside the claim's transaction (see Tx): its
+	// rows, its outbox events and the stored response commit together, so a
+	// crash at any point leaves nothing behind.
+	SameTx
+)
+
+// String returns "separate" or "same-tx".
+func (m Mode) String() string {
+	if m == SameTx {
+		return "same-tx"
+	}
+	return "separate"
+}
+
+// Route configures the middleware for one route (one operation).
+type Route struct {
+	// Operation names what the route does, e.g. "create-payment". It scopes
+	// keys (a key never matches across operations), enters the fingerprint and
+	// labels metrics, so it must be a fixed, low-cardinality name. Required.
+	Operation string
+	// Mode is Separate (the default) or SameTx.
+	Mode Mode
+	// Optional lets requests without an Idempotency-Key through to the handler
+	// untouched (it then gets no Info and, in SameTx mode, no Tx). Defaults to
+	// false: the key is required.
+	Optional bool
+	// Tenant extracts the tenant or scope of a request (an account ID from the
+	// authenticated principal, say). A key never matches across tenants. An
+	// error answers 403 (or the status of an error with a StatusCode() int
+	// method) and creates no record. Defaults to a single scope "".
+	Tenant func(*http.Request) (string, error)
+	// TTL is how long a completed response is replayed. Defaults to 24 hours.
+	TTL time.Duration
+	// MaxBodyBytes bounds the request body the middleware reads to fingerprint
+	// it; a larger body answers 413 and creates no record. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// Wait, when positive, makes a request that finds its key in progress wait
+	// up to Wait for the first request to finish and then replay its response,
+	// instead of answering 409 at once. Defaults to 0 (answer 409).
+	Wait time.Duration
+	// RetryAfter is the Retry-After sent with a 409 in-progress answer.
+	// Defaults to one second.
+	RetryAfter time.Duration
+	// Lease is how long a Separate-mode claim stays owned without renewal;
+	// the owner renews it every Lease/3 while its handler runs, so only a dead
+	// owner's claim expires. Defaults to 30 seconds.
+	Lease time.Duration
+	// ReplayHeaders lists the response headers stored and replayed. Defaults
+	// to DefaultReplayHeaders.
+	ReplayHeaders []string
+	// NoStoreBody stores status and headers but not the body, for responses
+	// too sensitive to keep; a replay then has an empty body. Defaults to false.
+	NoStoreBody bool
+	// Store decides from the handler's status whether the response is stored
+	// (and replayed) or the key released so a retry executes. Defaults to
+	// DefaultStore.
+	Store func(status int) bool
+}
+
+// DefaultReplayHeaders are the response headers replayed unless a Route says
+// otherwise.
+var DefaultReplayHeaders = []string{
+	"Content-Type", "Content-Language", "Content-Location", "Location", "ETag", "Last-Modified",
+	"Cache-Control", "Link", "Preference-Applied",
+}
+
+// DefaultStore stores every response except 5xx (a server failure: the
+// retry should execute) and 401, 403, 408 and 429 (authentication,
+// authorisation, timeout and rate limiting are not the operation's outcome).
+func DefaultStore(status int) bool {
+	switch {
+	case status >= 500:
+		return false
+	case status == http.StatusUnauthorized, status == http.StatusForbidden,
+		status == http.StatusRequestTimeout, status == http.StatusTooManyRequests:
+		return false
+	}
+	return true
+}
+
+func (r *Route) withDefaults() (Route, error) {
+	var rc Route
+	if r != nil {
+		rc = *r
+	}
+	if rc.Operation == "" {
+		return rc, errors.New("idempotency: Route.Operation is required")
+	}
+	if rc.Mode != Separate && rc.Mode != SameTx {
+		return rc, fmt.Errorf("idempotency: Route.Mode: unknown mode %d", rc.Mode)
+	}
+	if rc.Tenant == nil {
+		rc.Tenant = func(*http.Request) (string, error) { return "", nil }
+	}
+	if rc.TTL == 0 {
+		rc.TTL = 24 * time.Hour
+	}
+	if rc.MaxBodyBytes == 0 {
+		rc.MaxBodyBytes = 1 << 20
+	}
+	if rc.RetryAfter == 0 {
+		rc.RetryAfter = time.Second
+	}
+	if rc.Lease == 0 {
+		rc.Lease = 30 * time.Second
+	}
+	if rc.ReplayHeaders == nil {
+		rc.ReplayHeaders = DefaultReplayHeaders
+	}
+	if rc.Store == nil {
+		rc.Store = DefaultStore
+	}
+	switch {
+	case rc.TTL < 0:
+		return rc, errors.New("idempotency: Route.TTL must be positive")
+	case rc.MaxBodyBytes < 0:
+		return rc, errors.New("idempotency: Route.MaxBodyBytes must be positive")
+	case rc.Wait < 0:
+		return rc, errors.New("idempotency: Route.Wait must not be negative")
+	case rc.RetryAfter < 0:
+		return rc, errors.New("idempotency: Route.RetryAfter must be positive")
+	case rc.Lease < 3*time.Millisecond:
+		return rc, errors.New("idempotency: Route.Lease must be at least 3ms")
+	}
+	canon := make([]string, len(rc.ReplayHeaders))
+	for i, h := range rc.ReplayHeaders {
+		canon[i] = http.CanonicalHeaderKey(h)
+	}
+	rc.ReplayHeaders = canon
+	return rc, nil
+}

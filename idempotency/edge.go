@@ -1,0 +1,254 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/oncekit/oncekit"
+)
+
+// Edge is the HTTP idempotency layer: it builds one middleware per route and
+// runs the cleanup loop. It is safe for concurrent use.
+type Edge struct {
+	db  DB
+	cfg Config
+	sql statements
+	log *slog.Logger
+	m   *metrics
+}
+
+// New returns an Edge storing records in db (normally a *pgxpool.Pool).
+func New(db DB, cfg *Config) (*Edge, error) {
+	if db == nil {
+		return nil, errors.New("idempotency: db is nil")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Edge{db: db, cfg: c, sql: renderStatements(c.Schema), log: c.Logger, m: m}, nil
+}
+
+// route is one configured route.
+type route struct {
+	e   *Edge
+	cfg Route
+	// lockTimeout and lockReset bound how long a SameTx claim waits for a
+	// concurrent holder of the same key, and restore the session's setting.
+	lockTimeout string
+}
+
+// Route returns the middleware for one route. It wraps any http.Handler, so it
+// fits the standard mux, chi and gorilla alike:
+//
+//	mw, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx})
+//	mux.Handle("POST /payments", mw(createPayment))
+func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
+	rc, err := r.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	// In SameTx mode the first request's claim is an uncommitted row: a
+	// concurrent request waits on its lock at most this long (Wait, or 1 ms
+	// for an immediate 409).
+	wait := max(rc.Wait.Milliseconds(), 1)
+	rt := &route{e: e, cfg: rc, lockTimeout: fmt.Sprintf("SET LOCAL lock_timeout = %d", wait)}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { rt.serve(next, w, req) })
+	}, nil
+}
+
+// keyHash is how keys appear in logs.
+func keyHash(id recordID) string {
+	return oncekit.DeriveKey("idempotency.log", id.tenant, id.operation, id.key)[:16]
+}
+
+func (rt *route) count(outcome string) {
+	rt.e.m.requests.WithLabelValues(rt.cfg.Operation, outcome).Inc()
+}
+
+type statusCoder interface{ StatusCode() int }
+
+func (rt *route) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	values := r.Header.Values(HeaderKey)
+	if len(values) == 0 {
+		if rt.cfg.Optional {
+			rt.count(OutcomeBypass)
+			next.ServeHTTP(w, r)
+			return
+		}
+		rt.count(OutcomeMissingKey)
+		writeProblem(w, http.StatusBadRequest, CodeMissingKey, "this operation requires an Idempotency-Key header", 0)
+		return
+	}
+	if len(values) > 1 {
+		rt.count(OutcomeInvalidKey)
+		writeProblem(w, http.StatusBadRequest, CodeInvalidKey, "more than one Idempotency-Key header", 0)
+		return
+	}
+	key, err := ParseKey(values[0])
+	if err != nil {
+		rt.count(OutcomeInvalidKey)
+		writeProblem(w, http.StatusBadRequest, CodeInvalidKey, err.Error(), 0)
+		return
+	}
+	tenant, err := rt.cfg.Tenant(r)
+	if err != nil {
+		rt.count(OutcomeRejected)
+		status := http.StatusForbidden
+		var sc statusCoder
+		if errors.As(err, &sc) && sc.StatusCode() >= 400 {
+			status = sc.StatusCode()
+		}
+		writeProblem(w, status, CodeScopeRejected, "", 0)
+		return
+	}
+	body, err := readBody(r, rt.cfg.MaxBodyBytes)
+	if err != nil {
+		rt.count(OutcomeRejected)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+				fmt.Sprintf("the body exceeds %d bytes", rt.cfg.MaxBodyBytes), 0)
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, CodeBodyUnreadable, "the body could not be read", 0)
+		return
+	}
+	id := recordID{tenant: tenant, operation: rt.cfg.Operation, key: key}
+	fp := Fingerprint(r.Method, rt.cfg.Operation, r.URL.RequestURI(), r.Header.Get("Content-Type"), body)
+	if rt.cfg.Mode == SameTx {
+		rt.serveSameTx(next, w, r, id, fp)
+		return
+	}
+	rt.serveSeparate(next, w, r, id, fp)
+}
+
+// readBody reads at most limit bytes of the body and puts a re-readable copy
+// back on the request for the handler.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	_ = r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return body, nil
+}
+
+// answerExisting answers from a record that holds the key: replay, 422 or
+// 409. It reports false when the record is in progress and the route waits,
+// so the caller should look again.
+func (rt *route) answerExisting(w http.ResponseWriter, id recordID, fp []byte, rec *record, waitMore bool) bool {
+	if subtle.ConstantTimeCompare(rec.fingerprint, fp) != 1 {
+		rt.count(OutcomeMismatch)
+		rt.e.log.Info("idempotency: key reused with a different request",
+			"operation", id.operation, "key_hash", keyHash(id), "state", rec.state)
+		writeProblem(w, http.StatusUnprocessableEntity, CodeKeyReused,
+			"this Idempotency-Key was used with a different request; use a new key for a new request", 0)
+		return true
+	}
+	if rec.state == StateInProgress {
+		rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rec.age.Seconds())
+		if waitMore {
+			return false
+		}
+		rt.inProgress(w)
+		return true
+	}
+	body := rec.body
+	if rec.sealed {
+		var opened []byte
+		err := errors.New("no Sealer configured")
+		if rt.e.cfg.Sealer != nil {
+			opened, err = rt.e.cfg.Sealer.Open(body, id.aad())
+		}
+		if err != nil {
+			rt.storeFailed(w, id, fmt.Errorf("open sealed body: %w", err))
+			return true
+		}
+		body = opened
+	}
+	rt.count(OutcomeReplayed)
+	replay(w, rec, body)
+	return true
+}
+
+func (rt *route) retryAfterSeconds() int {
+	return max(int((rt.cfg.RetryAfter+time.Second-1)/time.Second), 1)
+}
+
+// inProgress answers 409 for a key whose holder is still running.
+func (rt *route) inProgress(w http.ResponseWriter) {
+	rt.count(OutcomeConflictInProgress)
+	writeProblem(w, http.StatusConflict, CodeInProgress,
+		"a request with this Idempotency-Key is still being processed; retry later", rt.retryAfterSeconds())
+}
+
+// storeFailed answers 503 when the store cannot decide the request.
+func (rt *route) storeFailed(w http.ResponseWriter, id recordID, err error) {
+	rt.count(OutcomeError)
+	rt.e.log.Error("idempotency: store failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
+	writeProblem(w, http.StatusServiceUnavailable, CodeStoreUnavailable,
+		"the request's outcome could not be recorded; retry with the same key", rt.retryAfterSeconds())
+}
+
+// pollInterval is how often a waiting request looks at an in-progress record.
+func (rt *route) pollInterval() time.Duration {
+	return min(max(rt.cfg.Wait/20, 5*time.Millisecond), 100*time.Millisecond)
+}
+
+// sleep waits d or until ctx ends; it reports whether the full wait elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// encode prepares a recorded response for storage: allow-listed headers as
+// JSON and the body, sealed when a Sealer is configured, nil when the route
+// does not store bodies.
+func (rt *route) encode(id recordID, rw *recorder) (headers, body []byte, sealed bool, err error) {
+	if headers, err = rw.replayHeaders(rt.cfg.ReplayHeaders); err != nil {
+		return nil, nil, false, err
+	}
+	if rt.cfg.NoStoreBody {
+		return headers, []byte{}, false, nil
+	}
+	body = rw.body.Bytes()
+	if rt.e.cfg.Sealer != nil {
+		if body, err = rt.e.cfg.Sealer.Seal(body, id.aad()); err != nil {
+			return nil, nil, false, fmt.Errorf("seal body: %w", err)
+		}
+		sealed = true
+	}
+	return headers, body, sealed, nil
+}
+
+// runHandler runs next with a recorder; panicked is non-nil when it panicked.
+func runHandler(next http.Handler, r *http.Request) (rw *recorder, panicked any) {
+	rw = newRecorder()
+	defer func() { panicked = recover() }()
+	next.ServeHTTP(rw, r)
+	return rw, nil
+}

@@ -1,0 +1,89 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/idempotency"
+)
+
+// A payment endpoint in SameTx mode: the payment row, its outbox event and the
+// stored response commit together; a retry replays the response.
+func ExampleEdge_Route() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres")
+	if err != nil {
+		log.Fatal(err)
+	}
+	edge, err := idempotency.New(pool, &idempotency.Config{Schema: "oncekit"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = edge.Run(ctx) }() // cleanup of expired records
+
+	createPayment, err := edge.Route(&idempotency.Route{
+		Operation: "create-payment",
+		Mode:      idempotency.SameTx,
+		Tenant:    func(r *http.Request) (string, error) { return r.Header.Get("X-Account"), nil },
+		Wait:      2 * time.Second, // a concurrent retry waits, then replays
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", createPayment(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.Tx(r)
+		info, _ := idempotency.FromRequest(r)
+		paymentID := info.ID() // = idempotency.DeriveID(tenant, key): the same on every retry
+		if _, err := tx.Exec(r.Context(), `INSERT INTO payments (id, amount) VALUES ($1, 100)`, paymentID); err != nil {
+			http.Error(w, "cannot create payment", http.StatusInternalServerError) // 5xx: nothing stored
+			return
+		}
+		// outbox.Enqueue(ctx, tx, broker.Message{ID: oncekit.DeriveID(paymentID.String(), "PaymentCreated"), ...})
+		w.Header().Set("Location", "/payments/"+paymentID.String())
+		w.WriteHeader(http.StatusCreated)
+	})))
+	_ = http.ListenAndServe("127.0.0.1:8080", mux)
+}
+
+// Member order, whitespace and number spelling do not change the canonical
+// form, so they do not change a request's fingerprint.
+func ExampleCanonicalJSON() {
+	a, _ := idempotency.CanonicalJSON([]byte(`{"currency":"EUR", "amount": 1.50e2}`))
+	b, _ := idempotency.CanonicalJSON([]byte("{\n  \"amount\": 150,\n  \"currency\": \"\\u0045UR\"\n}"))
+	fmt.Println(string(a))
+	fmt.Println(string(a) == string(b))
+	// Output:
+	// {"amount":150,"currency":"EUR"}
+	// true
+}
+
+// Keys are Structured Field strings; bare tokens (a plain UUID) are accepted.
+func ExampleParseKey() {
+	for _, v := range []string{`"order-42 \"retry\""`, `8e03978e-40d5-43e8-bc93-6894a57f9324`, `two words`} {
+		key, err := idempotency.ParseKey(v)
+		fmt.Printf("%q %v\n", key, err)
+	}
+	// Output:
+	// "order-42 \"retry\"" <nil>
+	// "8e03978e-40d5-43e8-bc93-6894a57f9324" <nil>
+	// "" idempotency: invalid Idempotency-Key: ' ' is not allowed in an unquoted key
+}
+
+// The edge's DeriveID is the first link of the ID chain: the event ID derives
+// from it, so a re-executed request emits the same event ID.
+func ExampleDeriveID() {
+	paymentID := idempotency.DeriveID("acme", "client-key-42")
+	fmt.Println(paymentID == oncekit.DeriveID("acme", "client-key-42"))
+	fmt.Println(oncekit.DeriveID(paymentID.String(), "PaymentCreated") ==
+		oncekit.DeriveID(idempotency.DeriveID("acme", "client-key-42").String(), "PaymentCreated"))
+	// Output:
+	// true
+	// true
+}

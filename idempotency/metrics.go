@@ -1,0 +1,74 @@
+package idempotency
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes counted in oncekit_idempotency_requests_total.
+const (
+	OutcomeNew                = "new"                  // key claimed, handler ran
+	OutcomeRecovered          = "recovered"            // expired in_progress claim taken over, handler re-ran
+	OutcomeReplayed           = "replayed"             // stored response replayed
+	OutcomeConflictInProgress = "conflict_in_progress" // 409: the key's first request still runs
+	OutcomeMismatch           = "mismatch"             // 422: key reused with another request
+	OutcomeMissingKey         = "missing_key"          // 400: required key absent
+	OutcomeInvalidKey         = "invalid_key"          // 400: malformed key
+	OutcomeBypass             = "bypass"               // optional route, no key: handler ran unguarded
+	OutcomeRejected           = "rejected"             // tenant rejected or body too large: no record
+	OutcomeError              = "error"                // the store failed
+)
+
+type metrics struct {
+	requests     *prometheus.CounterVec
+	stored       *prometheus.CounterVec
+	released     *prometheus.CounterVec
+	fenced       *prometheus.CounterVec
+	conflictAge  *prometheus.HistogramVec
+	inProgress   prometheus.Gauge
+	oldestAge    prometheus.Gauge
+	cleanedTotal prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "oncekit", "idempotency"
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "requests_total", Help: "Requests through the idempotency middleware, by operation and outcome."},
+			[]string{"operation", "outcome"}),
+		stored: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "records_stored_total", Help: "Responses stored for replay, by operation."},
+			[]string{"operation"}),
+		released: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "records_released_total", Help: "Claims released without storing (5xx, 401, 403, 429, panics), by operation."},
+			[]string{"operation"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "fenced_total", Help: "Responses not stored because another request had recovered the claim, by operation."},
+			[]string{"operation"}),
+		conflictAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "in_progress_age_seconds", Help: "Age of the in_progress record a conflicting request met, by operation.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)},
+			[]string{"operation"}),
+		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "in_progress_records", Help: "Records in_progress at the last cleanup pass."}),
+		oldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "in_progress_oldest_age_seconds", Help: "Age of the oldest in_progress record at the last cleanup pass."}),
+		cleanedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cleanup_deleted_total", Help: "Expired completed records deleted by cleanup."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.stored, m.released, m.fenced, m.conflictAge,
+		m.inProgress, m.oldestAge, m.cleanedTotal} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, errors.New("idempotency: Config.Registerer: metrics already registered (one Edge per registerer)")
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}

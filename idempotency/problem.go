@@ -1,0 +1,58 @@
+package idempotency
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem codes written in the "code" member of problem+json answers.
+const (
+	CodeMissingKey       = "MISSING_IDEMPOTENCY_KEY"
+	CodeInvalidKey       = "INVALID_IDEMPOTENCY_KEY"
+	CodeKeyReused        = "IDEMPOTENCY_KEY_REUSED"
+	CodeInProgress       = "IDEMPOTENCY_REQUEST_IN_PROGRESS"
+	CodeBodyTooLarge     = "REQUEST_BODY_TOO_LARGE"
+	CodeBodyUnreadable   = "REQUEST_BODY_UNREADABLE"
+	CodeScopeRejected    = "IDEMPOTENCY_SCOPE_REJECTED"
+	CodeStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
+)
+
+// problem is an RFC 9457 problem details object with a stable code.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code"`
+}
+
+var problemTitles = map[string]string{
+	CodeMissingKey:       "Idempotency-Key header is required",
+	CodeInvalidKey:       "Idempotency-Key header is malformed",
+	CodeKeyReused:        "Idempotency-Key was used for a different request",
+	CodeInProgress:       "A request with this Idempotency-Key is in progress",
+	CodeBodyTooLarge:     "Request body too large",
+	CodeBodyUnreadable:   "Request body could not be read",
+	CodeScopeRejected:    "Request scope could not be determined",
+	CodeStoreUnavailable: "Idempotency store unavailable",
+}
+
+// writeProblem answers with an application/problem+json body. retryAfter > 0
+// adds a Retry-After header in whole seconds.
+func writeProblem(w http.ResponseWriter, status int, code, detail string, retryAfterSec int) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if retryAfterSec > 0 {
+		h.Set("Retry-After", strconv.Itoa(retryAfterSec))
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(problem{
+		Type:   "about:blank",
+		Title:  problemTitles[code],
+		Status: status,
+		Detail: detail,
+		Code:   code,
+	})
+}

@@ -1,0 +1,170 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekit/oncekit/internal/crashpoint"
+)
+
+// serveSameTx claims the key inside a transaction, runs the handler in it and
+// stores the response with the commit. Round trips to PostgreSQL beyond the
+// handler's own BEGIN … COMMIT: one (the claim). The stored response rides in
+// the same pipelined round trip as the COMMIT.
+func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
+	ctx := r.Context()
+	for attempt := 0; attempt < maxClaimAttempts; attempt++ {
+		conn, tx, rec, claimed, token, err := rt.claimTx(ctx, id, fp)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: holder still running
+				rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rt.cfg.Wait.Seconds())
+				rt.inProgress(w)
+				return
+			}
+			if !errors.As(err, &pgErr) || pgErr.Code != "40001" { // serialization failure: look again
+				rt.storeFailed(w, id, err)
+				return
+			}
+		}
+		if claimed {
+			rt.runSameTx(next, w, r, id, conn, tx, token)
+			return
+		}
+		if rec == nil {
+			// The holder committed while the claim waited for it (or the
+			// isolation level hid it): read the record afresh.
+			got, found, err := rt.e.lookup(ctx, id)
+			if err != nil {
+				rt.storeFailed(w, id, err)
+				return
+			}
+			if !found {
+				continue // released (rolled back) meanwhile: claim again
+			}
+			rec = &got
+		}
+		rt.answerExisting(w, id, fp, rec, false)
+		return
+	}
+	rt.inProgress(w)
+}
+
+// claimTx begins a transaction and, in one pipelined round trip, claims the
+// key or reads the committed record holding it. When claimed, conn and tx are
+// returned open; otherwise they are already rolled back and released.
+func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte) (conn *pgxpool.Conn, tx pgx.Tx, rec *record, claimed bool, token int64, err error) {
+	conn, err = rt.e.db.Acquire(ctx)
+	if err != nil {
+		return nil, nil, nil, false, 0, fmt.Errorf("acquire: %w", err)
+	}
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		conn.Release()
+		return nil, nil, nil, false, 0, fmt.Errorf("begin: %w", err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(rt.lockTimeout)
+	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.key, fp, micros(rt.cfg.TTL)).QueryRow(func(row pgx.Row) error {
+		var status *int32
+		var headers []byte
+		var age float64
+		var state *string
+		var got record
+		err := row.Scan(&claimed, &token, &got.fingerprint, &state, &status, &headers, &got.body, &got.sealed, &age)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !claimed {
+			got.state = *state
+			if err := got.fill(status, headers, age); err != nil {
+				return err
+			}
+			rec = &got
+		}
+		return nil
+	})
+	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	err = tx.SendBatch(ctx, b).Close()
+	if err == nil && claimed {
+		return conn, tx, nil, true, token, nil
+	}
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+	conn.Release()
+	if err != nil {
+		return nil, nil, nil, false, 0, fmt.Errorf("claim: %w", err)
+	}
+	return nil, nil, rec, false, 0, nil
+}
+
+// runSameTx runs the handler in the claim's transaction and commits the
+// stored response with the handler's writes, or rolls everything back when
+// the response is not to be stored.
+func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, conn *pgxpool.Conn, tx pgx.Tx, token int64) {
+	bg := context.WithoutCancel(r.Context())
+	rt.count(OutcomeNew)
+	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: token}
+	ctx := context.WithValue(withInfo(r.Context(), info), txKey{}, pgx.Tx(ownedTx{tx}))
+	rw, panicked := runHandler(next, r.WithContext(ctx))
+
+	if panicked != nil || !rt.cfg.Store(rw.code()) {
+		_ = tx.Rollback(bg)
+		conn.Release()
+		rt.e.m.released.WithLabelValues(id.operation).Inc()
+		if panicked != nil {
+			panic(panicked)
+		}
+		rw.sendTo(w)
+		return
+	}
+
+	crashpoint.Hit("idempotency.before-commit")
+	err := rt.commitTx(bg, id, tx, token, rw)
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		_ = tx.Rollback(bg)
+	}
+	conn.Release()
+	if err != nil {
+		// Commit failed or its outcome is unknown: the client retries with the
+		// same key and gets either the stored response or a fresh execution.
+		rt.storeFailed(w, id, err)
+		return
+	}
+	rt.e.m.stored.WithLabelValues(id.operation).Inc()
+	rw.sendTo(w)
+}
+
+// commitTx stores the response and commits, pipelined in one round trip.
+func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int64, rw *recorder) error {
+	headers, body, sealed, err := rt.encode(id, rw)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	var stored, committed bool
+	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.key, token, rw.code(), headers, body, sealed,
+		micros(rt.cfg.TTL)).Exec(func(pgconn.CommandTag) error {
+		stored = true
+		return nil
+	})
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		committed = tag.String() == "COMMIT"
+		return nil
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("store and commit: %w", err)
+	}
+	if !stored || !committed {
+		return fmt.Errorf("store and commit: stored=%v committed=%v", stored, committed)
+	}
+	return nil
+}

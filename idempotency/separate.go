@@ -1,0 +1,159 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit/internal/crashpoint"
+)
+
+// ErrOwnershipLost is the cause of a Separate-mode handler's context being
+// cancelled when its claim was recovered by another request (its lease could
+// not be renewed in time).
+var ErrOwnershipLost = errors.New("idempotency: claim recovered by another request")
+
+// maxClaimAttempts bounds how often a request re-tries to claim a key that
+// vanished between its claim and its lookup (released by a 5xx, say).
+const maxClaimAttempts = 3
+
+// serveSeparate: claim (committed), run the handler under a renewed lease,
+// then store the response fenced by the claim's token.
+func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
+	ctx := r.Context()
+	deadline := time.Now().Add(rt.cfg.Wait)
+	for attempt := 0; ; attempt++ {
+		var token int64
+		var recoveries int32
+		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.key, fp,
+			micros(rt.cfg.Lease), micros(rt.cfg.TTL)).Scan(&token, &recoveries)
+		if err == nil {
+			rt.runSeparate(next, w, r, id, token, recoveries > 0)
+			return
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			rt.storeFailed(w, id, fmt.Errorf("claim: %w", err))
+			return
+		}
+		rec, found, err := rt.e.lookup(ctx, id)
+		if err != nil {
+			rt.storeFailed(w, id, err)
+			return
+		}
+		if !found {
+			if attempt+1 < maxClaimAttempts {
+				continue // released meanwhile: claim again
+			}
+			rt.inProgress(w)
+			return
+		}
+		waitMore := rt.cfg.Wait > 0 && time.Now().Before(deadline)
+		if rt.answerExisting(w, id, fp, &rec, waitMore) {
+			return
+		}
+		if !sleep(ctx, min(rt.pollInterval(), time.Until(deadline))) {
+			rt.inProgress(w)
+			return
+		}
+		attempt = -1 // waiting: the attempt limit applies to vanishing records only
+	}
+}
+
+// runSeparate runs the handler as the claim's owner (token).
+func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, token int64, recovered bool) {
+	outcome := OutcomeNew
+	if recovered {
+		outcome = OutcomeRecovered
+		rt.e.log.Warn("idempotency: recovered an abandoned claim; re-running the handler",
+			"operation", id.operation, "key_hash", keyHash(id), "token", token)
+	}
+	rt.count(outcome)
+	crashpoint.Hit("idempotency.after-claim")
+
+	bg := context.WithoutCancel(r.Context())
+	hctx, cancel := context.WithCancelCause(r.Context())
+	stopRenew := rt.renewLease(hctx, cancel, id, token)
+	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: token, Recovered: recovered}
+	rw, panicked := runHandler(next, r.WithContext(withInfo(hctx, info)))
+	stopRenew()
+	cancel(nil)
+
+	if panicked != nil || !rt.cfg.Store(rw.code()) {
+		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.key, token); err != nil {
+			// The lease runs out and a retry recovers the claim.
+			rt.e.log.Error("idempotency: release failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
+		}
+		rt.e.m.released.WithLabelValues(id.operation).Inc()
+		if panicked != nil {
+			panic(panicked)
+		}
+		rw.sendTo(w)
+		return
+	}
+
+	crashpoint.Hit("idempotency.before-store")
+	headers, body, sealed, err := rt.encode(id, rw)
+	if err == nil {
+		var tag pgconn.CommandTag
+		tag, err = rt.e.db.Exec(bg, rt.e.sql.complete, id.tenant, id.operation, id.key, token,
+			rw.code(), headers, body, sealed, micros(rt.cfg.TTL))
+		if err == nil && tag.RowsAffected() == 0 {
+			rt.e.m.fenced.WithLabelValues(id.operation).Inc()
+			rt.e.log.Warn("idempotency: claim was recovered by another request; response not stored",
+				"operation", id.operation, "key_hash", keyHash(id), "token", token)
+		} else if err == nil {
+			rt.e.m.stored.WithLabelValues(id.operation).Inc()
+		}
+	}
+	if err != nil {
+		// The handler ran: its answer goes to the client. The claim stays
+		// in_progress until its lease ends; a retry then recovers it.
+		rt.e.log.Error("idempotency: storing the response failed", "operation", id.operation,
+			"key_hash", keyHash(id), "error", err)
+	}
+	rw.sendTo(w)
+}
+
+// renewLease keeps the claim owned while the handler runs, renewing every
+// Lease/3. If the claim was taken over, the handler's context is cancelled
+// with ErrOwnershipLost. The returned func stops renewing.
+func (rt *route) renewLease(ctx context.Context, cancel context.CancelCauseFunc, id recordID, token int64) func() {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(rt.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			tag, err := rt.e.db.Exec(context.WithoutCancel(ctx), rt.e.sql.renew, id.tenant, id.operation, id.key, token,
+				micros(rt.cfg.Lease))
+			if err != nil {
+				rt.e.log.Warn("idempotency: lease renewal failed", "operation", id.operation,
+					"key_hash", keyHash(id), "error", err)
+				continue
+			}
+			if tag.RowsAffected() == 0 {
+				rt.e.log.Error("idempotency: lost the claim to a recovering request; cancelling the handler",
+					"operation", id.operation, "key_hash", keyHash(id), "token", token)
+				cancel(ErrOwnershipLost)
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}

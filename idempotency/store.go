@@ -1,0 +1,196 @@
+package idempotency
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// State of an idempotency record.
+const (
+	StateInProgress = "in_progress"
+	StateCompleted  = "completed"
+)
+
+// recordID is a record's primary key.
+type recordID struct {
+	tenant, operation, key string
+}
+
+// aad binds a sealed body to its record.
+func (id recordID) aad() []byte {
+	var b []byte
+	for _, s := range []string{id.tenant, id.operation, id.key} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+// record is a stored idempotency record as a later request sees it.
+type record struct {
+	fingerprint []byte
+	state       string
+	status      int
+	headers     http.Header
+	body        []byte
+	sealed      bool
+	age         time.Duration
+}
+
+// statements is the edge's SQL, rendered for the schema once.
+type statements struct {
+	claim, claimTx, lookup, complete, completeTx, release, renew, cleanup, inProgress string
+}
+
+// claimSQL inserts a fresh in_progress record, or takes over (a) an
+// in_progress record with the same fingerprint whose lease ran out (a
+// recovery: token and recoveries go up, so the old owner is fenced out) or
+// (b) a completed record past its expiry. Anything else returns no row. The
+// row lock ON CONFLICT takes makes the takeover happen for one request only.
+const claimSQL = `
+INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, locked_until, expires_at)
+VALUES ($1, $2, $3, $4, 'in_progress', now() + $5 * interval '1 microsecond', now() + $6 * interval '1 microsecond')
+ON CONFLICT (tenant, operation, key) DO UPDATE SET
+	fingerprint      = EXCLUDED.fingerprint,
+	locked_until     = EXCLUDED.locked_until,
+	token            = k.token + 1,
+	recoveries       = CASE WHEN k.state = 'in_progress' THEN k.recoveries + 1 ELSE 0 END,
+	created_at       = CASE WHEN k.state = 'in_progress' THEN k.created_at ELSE now() END,
+	state            = 'in_progress',
+	status_code      = NULL,
+	response_headers = NULL,
+	response_body    = NULL,
+	body_sealed      = false,
+	completed_at     = NULL,
+	expires_at       = EXCLUDED.expires_at
+WHERE (k.state = 'in_progress' AND k.locked_until < now() AND k.fingerprint = EXCLUDED.fingerprint)
+   OR (k.state = 'completed' AND k.expires_at <= now())
+RETURNING token, recoveries`
+
+// claimTxSQL claims inside the handler's transaction, or returns the record
+// that holds the key when it was committed before this statement began
+// (the usual replay), in one round trip. No row at all means the holder
+// committed while this statement waited for it: look it up afresh.
+const claimTxSQL = `
+WITH ins AS (
+	INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, expires_at)
+	VALUES ($1, $2, $3, $4, 'in_progress', now() + $5 * interval '1 microsecond')
+	ON CONFLICT (tenant, operation, key) DO UPDATE SET
+		fingerprint = EXCLUDED.fingerprint, token = k.token + 1, recoveries = 0, created_at = now(),
+		state = 'in_progress', locked_until = NULL, status_code = NULL, response_headers = NULL,
+		response_body = NULL, body_sealed = false, completed_at = NULL, expires_at = EXCLUDED.expires_at
+	WHERE k.state = 'completed' AND k.expires_at <= now()
+	RETURNING token
+)
+SELECT true, token, NULL::bytea, NULL::text, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::float8 FROM ins
+UNION ALL
+SELECT false, token, fingerprint, state, status_code, response_headers, response_body, body_sealed,
+	extract(epoch FROM now() - created_at)::float8
+FROM {schema}.idempotency_keys
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND NOT EXISTS (SELECT FROM ins)`
+
+const lookupSQL = `
+SELECT fingerprint, state, status_code, response_headers, response_body, body_sealed,
+	extract(epoch FROM now() - created_at)::float8
+FROM {schema}.idempotency_keys
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND (state = 'in_progress' OR expires_at > now())`
+
+const completeSQL = `
+UPDATE {schema}.idempotency_keys SET
+	state = 'completed', status_code = $5, response_headers = $6, response_body = $7, body_sealed = $8,
+	completed_at = now(), expires_at = now() + $9 * interval '1 microsecond', locked_until = NULL
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+
+// completeTxSQL stores the response inside the handler's transaction and
+// fails (division by zero) when the claim row is not there to update, so the
+// COMMIT pipelined behind it turns into a rollback instead of committing the
+// handler's writes without their stored response.
+const completeTxSQL = `
+WITH u AS (` + completeSQL + `
+	RETURNING 1)
+SELECT 1 / count(*) FROM u`
+
+const releaseSQL = `
+DELETE FROM {schema}.idempotency_keys
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+
+const renewSQL = `
+UPDATE {schema}.idempotency_keys SET locked_until = now() + $5 * interval '1 microsecond'
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+
+const cleanupSQL = `
+DELETE FROM {schema}.idempotency_keys
+WHERE (tenant, operation, key) IN (
+	SELECT tenant, operation, key FROM {schema}.idempotency_keys
+	WHERE state = 'completed' AND expires_at <= now()
+	ORDER BY expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED)
+AND state = 'completed' AND expires_at <= now()`
+
+const inProgressSQL = `
+SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+FROM {schema}.idempotency_keys WHERE state = 'in_progress'`
+
+func renderStatements(schema string) statements {
+	return statements{
+		claim:      pgsql.Render(claimSQL, schema),
+		claimTx:    pgsql.Render(claimTxSQL, schema),
+		lookup:     pgsql.Render(lookupSQL, schema),
+		complete:   pgsql.Render(completeSQL, schema),
+		completeTx: pgsql.Render(completeTxSQL, schema),
+		release:    pgsql.Render(releaseSQL, schema),
+		renew:      pgsql.Render(renewSQL, schema),
+		cleanup:    pgsql.Render(cleanupSQL, schema),
+		inProgress: pgsql.Render(inProgressSQL, schema),
+	}
+}
+
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// scanRecord fills a record from the columns fingerprint, state, status_code,
+// response_headers, response_body, body_sealed, age.
+func scanRecord(row pgx.Row, rec *record) error {
+	var status *int32
+	var headers []byte
+	var age float64
+	if err := row.Scan(&rec.fingerprint, &rec.state, &status, &headers, &rec.body, &rec.sealed, &age); err != nil {
+		return err
+	}
+	return rec.fill(status, headers, age)
+}
+
+func (rec *record) fill(status *int32, headers []byte, age float64) error {
+	if status != nil {
+		rec.status = int(*status)
+	}
+	rec.age = time.Duration(age * float64(time.Second))
+	if len(headers) > 0 {
+		if err := json.Unmarshal(headers, &rec.headers); err != nil {
+			return fmt.Errorf("idempotency: stored headers: %w", err)
+		}
+	}
+	return nil
+}
+
+// lookup reads the live record for id; found is false when there is none
+// (never claimed, released, or expired).
+func (e *Edge) lookup(ctx context.Context, id recordID) (rec record, found bool, err error) {
+	err = scanRecord(e.db.QueryRow(ctx, e.sql.lookup, id.tenant, id.operation, id.key), &rec)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, fmt.Errorf("idempotency: lookup: %w", err)
+	}
+	return rec, true, nil
+}
