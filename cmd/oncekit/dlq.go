@@ -176,10 +176,3 @@ func orDash(s string) string {
 	return s
 }
 
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
-	}
-	return s
-}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/google/uuid"
@@ -95,14 +94,6 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "(none)")
 	}
 	return nil
-}
-
-func oneLine(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > n {
-		s = s[:n-1] + "…"
-	}
-	return s
 }
 
 func size(n *int) string {

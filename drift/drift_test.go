@@ -1,0 +1,151 @@
+package drift_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/drift"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func finding(t *testing.T, r drift.Report, name string) drift.Finding {
+	t.Helper()
+	for _, f := range r.Findings {
+		if f.Check == name {
+			return f
+		}
+	}
+	t.Fatalf("no finding %q in %+v", name, r.Findings)
+	return drift.Finding{}
+}
+
+func exec(t *testing.T, db *testenv.DB, sql string, args ...any) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), sql, args...)
+	require.NoError(t, err)
+}
+
+func TestCleanChainHasNoDrift(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	exec(t, db, `INSERT INTO outbox_published (id, seq, partition, ordering_key, subject, created_at, attempts) VALUES ($1, 1, 0, '', 'a.b', now(), 1)`, uuid.New())
+	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state) VALUES ('o1', 'email', 'k1', 'confirmed')`)
+	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state, lease_expires_at) VALUES ('o2', 'email', 'k2', 'fired', now() + interval '1 minute')`)
+	exec(t, db, `CREATE TABLE orders (id text PRIMARY KEY)`)
+	exec(t, db, `INSERT INTO orders VALUES ('o1'), ('o2')`)
+
+	c, err := drift.New(db.Pool, &drift.Config{Schema: db.Schema, Rules: []drift.Rule{
+		drift.ExpectEffects("order_receipts", "email", `SELECT id FROM orders`),
+	}})
+	require.NoError(t, err)
+	rep, err := c.Run(context.Background())
+	require.NoError(t, err)
+	require.False(t, rep.Drifted(), "%+v", rep.Findings)
+	require.Len(t, rep.Findings, 9)
+}
+
+func TestEveryKindOfDriftIsFound(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	// Outbox: an old unpublished row and a parked one.
+	exec(t, db, `INSERT INTO outbox (id, partition, subject, payload, created_at) VALUES ($1, 0, 'a.b', '', now() - interval '2 hours')`, uuid.New())
+	exec(t, db, `INSERT INTO outbox (id, partition, subject, payload, parked_at) VALUES ($1, 0, 'a.b', '', now())`, uuid.New())
+	// Side effects: fired past its lease, unknown, pending long overdue.
+	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state, lease_expires_at) VALUES ('o1', 'email', 'k1', 'fired', now() - interval '1 hour')`)
+	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state) VALUES ('o2', 'email', 'k2', 'unknown')`)
+	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state, next_attempt_at) VALUES ('o9', 'email', 'k9', 'pending', now() - interval '1 hour')`)
+	// An HTTP request in progress long past its lease.
+	exec(t, db, `INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, locked_until, expires_at)
+		VALUES ('t', 'op', 'k', '\x00', 'in_progress', now() - interval '1 hour', now() + interval '1 day')`)
+	// A dead letter.
+	exec(t, db, `INSERT INTO dead_letters (consumer, message_id, subject, payload, reason, attempts) VALUES ('c', 'm', 's', '', 'poison', 5)`)
+	// Orders o1, o2, o3: o3 has no receipt; o9's receipt has no order.
+	exec(t, db, `CREATE TABLE orders (id text PRIMARY KEY)`)
+	exec(t, db, `INSERT INTO orders VALUES ('o1'), ('o2'), ('o3')`)
+
+	reg := prometheus.NewRegistry()
+	c, err := drift.New(db.Pool, &drift.Config{Schema: db.Schema, Registerer: reg, Logger: quiet, Rules: []drift.Rule{
+		drift.ExpectEffects("order_receipts", "email", `SELECT id FROM orders`),
+		{Name: "custom_none", SQL: `SELECT id FROM orders WHERE id = 'nope'`},
+	}})
+	require.NoError(t, err)
+	rep, err := c.Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.Drifted())
+
+	for name, want := range map[string]float64{
+		"outbox_parked": 1, "effects_fired_past_lease": 1, "effects_unknown": 1,
+		"effects_pending_overdue": 1, "idempotency_in_progress_past_lease": 1, "dead_letters": 1, "order_receipts": 2,
+	} {
+		f := finding(t, rep, name)
+		require.Equal(t, want, f.Value, name)
+		require.True(t, f.Drift, name)
+	}
+	backlog := finding(t, rep, "outbox_backlog")
+	require.Equal(t, 1.0, backlog.Value)
+	require.False(t, backlog.Drift, "one row is within the default backlog limit")
+	age := finding(t, rep, "outbox_oldest_age_seconds")
+	require.True(t, age.Drift)
+	require.InDelta(t, (2 * time.Hour).Seconds(), age.Value, 60)
+	require.False(t, finding(t, rep, "custom_none").Drift)
+	require.ElementsMatch(t, []string{"missing o3", "without source o9"}, finding(t, rep, "order_receipts").Examples)
+
+	require.Equal(t, 1.0, gauge(t, reg, "oncekit_drift_findings", "effects_unknown"))
+	require.Equal(t, 2.0, gauge(t, reg, "oncekit_drift_value", "order_receipts"))
+
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "effects_unknown")
+	require.Contains(t, buf.String(), "DRIFT")
+	require.Contains(t, buf.String(), "order_receipts: missing o3")
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name, check string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if mf.GetName() == name && l.GetName() == "check" && l.GetValue() == check {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("metric %s{check=%q} not found", name, check)
+	return 0
+}
+
+func TestBrokenRuleIsAnError(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	c, err := drift.New(db.Pool, &drift.Config{Schema: db.Schema, Rules: []drift.Rule{{Name: "bad", SQL: "SELECT nope FROM nowhere"}}})
+	require.NoError(t, err)
+	_, err = c.Run(context.Background())
+	require.ErrorContains(t, err, "check bad")
+}
+
+func TestConfigIsValidated(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []drift.Config{
+		{Schema: "Bad Schema"},
+		{Rules: []drift.Rule{{Name: "Has Space", SQL: "SELECT 1"}}},
+		{Rules: []drift.Rule{{Name: "a", SQL: "SELECT 1"}, {Name: "a", SQL: "SELECT 1"}}},
+		{Rules: []drift.Rule{{Name: "a"}}},
+	} {
+		_, err := drift.New(nil, &cfg)
+		require.True(t, errors.Is(err, drift.ErrInvalidConfig), "%+v: %v", cfg, err)
+	}
+}
