@@ -175,4 +175,3 @@ func orDash(s string) string {
 	}
 	return s
 }
-
