@@ -15,8 +15,8 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 test-short: ## the quick tests only
 	$(GO) test -short ./...
 
-demo: ## end-to-end example on the local services (or an embedded NATS)
-	$(GO) run ./examples/demo
+demo: ## the whole chain end to end on the local services (edge, outbox, relay, inbox, ledger, drift)
+	$(GO) run ./examples/chain
 
 bench: ## benchmarks against watermill and the raw limits (3 runs each)
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 60m ./... | tee ../bench.txt

@@ -87,15 +87,22 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 	if c.Prefetch <= 0 {
 		c.Prefetch = 512
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
-		Durable:        c.Durable,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        c.AckWait,
-		MaxDeliver:     c.MaxDeliver,
-		MaxAckPending:  c.MaxAckPending,
-		FilterSubjects: c.FilterSubjects,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	cc := jetstream.ConsumerConfig{
+		Durable:       c.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    c.MaxDeliver,
+		MaxAckPending: c.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	// One subject goes in FilterSubject, which servers before 2.10 (without
+	// FilterSubjects) understand too.
+	if len(c.FilterSubjects) == 1 {
+		cc.FilterSubject = c.FilterSubjects[0]
+	} else {
+		cc.FilterSubjects = c.FilterSubjects
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: consumer %s on %s: %w", c.Durable, c.Stream, err)
 	}
