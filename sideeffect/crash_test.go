@@ -191,6 +191,10 @@ func TestDispatcherCrashAfterFiredCommit(t *testing.T) {
 
 	d2 := startDaemon(t, b, nil, "--endpoint", "mail="+rc.URL, "--secret", testSecret, "--timeout", "1s")
 	b.waitState(t, sideeffect.StateConfirmed, len(keys), 30*time.Second)
+	resp, err := http.Get("http://" + d2.listen + "/healthz")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, resp.Body.Close())
 	rc.check(t, keys)
 	for _, k := range keys {
 		require.Equal(t, 1, rc.callsOf(k))
