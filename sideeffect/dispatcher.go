@@ -312,6 +312,9 @@ func (d *Dispatcher) signal() {
 // pipelines is the number of claiming and of completing goroutines.
 const pipelines = 2
 
+// claimTimeout bounds one claiming statement.
+const claimTimeout = 30 * time.Second
+
 // reserve takes up to BatchSize free slots, at least minN, for a claim; the
 // claim gives back what it did not use. It returns 0 when fewer are free.
 func (d *Dispatcher) reserve(minN int64) int {
@@ -375,7 +378,12 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 	}
 	slack := d.cfg.Lease - d.cfg.CallTimeout
 	startBy := time.Now().Add(slack - slack/4) // measured before the lease starts
-	rows, err := d.db.Query(ctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
+	// A claim is not cancelled half-way by shutdown: its outcome would be
+	// ambiguous (rows fired but never queued). Rows it returns after ctx
+	// ended are put back by the workers.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	rows, err := d.db.Query(qctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
 	if err != nil {
 		return 0, fmt.Errorf("sideeffect: claim: %w", err)
 	}
