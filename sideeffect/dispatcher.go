@@ -262,10 +262,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	jobs := make(chan job, int(d.capacity())+d.cfg.BatchSize)
 	results := make(chan outcome, int(d.capacity())+d.cfg.BatchSize)
 
-	// Two claimers and two completers keep a statement in flight while the
-	// previous one returns, so throughput is not bounded by one round trip.
 	var producers sync.WaitGroup
-	for range pipelines {
+	for range claimers {
 		producers.Add(1)
 		go func() { defer producers.Done(); d.claimLoop(ctx, jobs) }()
 	}
@@ -277,17 +275,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		workers.Add(1)
 		go func() { defer workers.Done(); d.work(ctx, jobs, results) }()
 	}
-	var completers sync.WaitGroup
-	for range pipelines {
-		completers.Add(1)
-		go func() { defer completers.Done(); d.completeLoop(context.WithoutCancel(ctx), results) }()
+	var completing sync.WaitGroup
+	for range completers {
+		completing.Add(1)
+		go func() { defer completing.Done(); d.completeLoop(context.WithoutCancel(ctx), results) }()
 	}
 
 	producers.Wait()
 	close(jobs)
 	workers.Wait()
 	close(results)
-	completers.Wait()
+	completing.Wait()
 	d.log.Info("dispatcher stopped")
 	return nil
 }
@@ -309,8 +307,11 @@ func (d *Dispatcher) signal() {
 	}
 }
 
-// pipelines is the number of claiming and of completing goroutines.
-const pipelines = 2
+// claimers and completers are the numbers of goroutines running claiming
+// and completing statements. One claimer, claiming ahead by up to a batch,
+// avoids two claims skipping over each other's locked rows; two completers
+// keep one outcome batch committing while the next one gathers.
+const claimers, completers = 1, 2
 
 // claimTimeout bounds one claiming statement.
 const claimTimeout = 30 * time.Second
