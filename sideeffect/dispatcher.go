@@ -427,8 +427,12 @@ func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- o
 		case ctx.Err() != nil:
 			o = d.release(j) // stopping: never start a call
 		case time.Now().After(j.startBy):
+			// Calls are slower than the lease allows for the queue: the row goes
+			// back, due again after MinBackoff (a hint to raise Concurrency or
+			// Lease, or lower BatchSize).
 			d.log.Warn("claimed effect waited too long to be called within its lease; put back", "id", j.call.ID, "kind", j.call.Kind)
 			o = d.release(j)
+			o.delay = d.cfg.MinBackoff
 		default:
 			o = d.do(ctx, j)
 		}
