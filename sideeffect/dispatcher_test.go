@@ -69,7 +69,7 @@ func TestTimeoutTwiceThenSuccessIsOneEffectWithOneKey(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := fastConfig(b)
 	cfg.Registerer = reg
-	start(t, b, map[string]sideeffect.Provider{"capture": hook(rc, &webhook.Config{Timeout: 200 * time.Millisecond})}, cfg)
+	start(t, b, map[string]sideeffect.Provider{"capture": hook(rc, &webhook.Config{Timeout: 500 * time.Millisecond})}, cfg)
 
 	b.waitState(t, sideeffect.StateConfirmed, 1, 20*time.Second)
 	rc.check(t, keys)
