@@ -59,13 +59,13 @@ func TestQueuedRowsAreNeverCalledAfterTheirLease(t *testing.T) {
 		time.Sleep(150 * time.Millisecond) // a slow provider, not a wait for state
 		return false
 	})
-	keys := b.record(t, "slow", 12)
+	keys := b.record(t, "slow", 20)
 	for i := range 2 {
 		cfg := fastConfig(b)
 		cfg.ID = fmt.Sprintf("d%d", i)
 		cfg.Concurrency = 1
-		cfg.CallTimeout = 400 * time.Millisecond
-		cfg.Lease = 600 * time.Millisecond
+		cfg.CallTimeout = time.Second
+		cfg.Lease = 1500 * time.Millisecond
 		start(t, b, map[string]sideeffect.Provider{"slow": hook(rc, nil)}, cfg)
 	}
 	b.waitState(t, sideeffect.StateConfirmed, len(keys), 30*time.Second)

@@ -176,26 +176,39 @@ func TestDispatcherKilledMidCallRefiresWithSameKey(t *testing.T) {
 	d2.stop(t)
 }
 
-// The dispatcher dies at the crash point right after committing fired, before
-// any call. After a restart every effect is fired once, with its own key.
-func TestDispatcherCrashAfterFiredCommit(t *testing.T) {
+// The dispatcher dies at a named crash point: right after committing fired
+// (before any call), or after the provider answered but before the outcome
+// is committed. After a restart every effect happens exactly once, each call
+// with its effect's key.
+func TestDispatcherCrashPoints(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	rc := newReceiver(t)
-	keys := b.record(t, "mail", 30)
-	d := startDaemon(t, b, []string{"ONCEKIT_CRASHPOINT=sideeffect.after-fired"},
-		"--endpoint", "mail="+rc.URL, "--secret", testSecret, "--timeout", "1s")
-	d.waitKilled(t)
-	require.Zero(t, rc.totalCalls())
-	require.Positive(t, b.countState(t, sideeffect.StateFired))
+	for _, point := range []string{"sideeffect.after-fired", "sideeffect.before-complete"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			rc := newReceiver(t)
+			keys := b.record(t, "mail", 30)
+			d := startDaemon(t, b, []string{"ONCEKIT_CRASHPOINT=" + point},
+				"--endpoint", "mail="+rc.URL, "--secret", testSecret, "--timeout", "1s")
+			d.waitKilled(t)
+			fired := b.countState(t, sideeffect.StateFired)
+			require.Positive(t, fired, "rows stay fired after the crash")
+			if point == "sideeffect.after-fired" {
+				require.Zero(t, rc.totalCalls(), "the crash came before any call")
+			} else {
+				require.Positive(t, rc.totalCalls(), "the provider acted before the crash")
+			}
 
-	d2 := startDaemon(t, b, nil, "--endpoint", "mail="+rc.URL, "--secret", testSecret, "--timeout", "1s")
-	b.waitState(t, sideeffect.StateConfirmed, len(keys), 30*time.Second)
-	rc.check(t, keys)
-	for _, k := range keys {
-		require.Equal(t, 1, rc.callsOf(k))
+			d2 := startDaemon(t, b, nil, "--endpoint", "mail="+rc.URL, "--secret", testSecret, "--timeout", "1s")
+			b.waitState(t, sideeffect.StateConfirmed, len(keys), 30*time.Second)
+			rc.check(t, keys) // one effect per key, only known keys
+			resp, err := http.Get("http://" + d2.listen + "/healthz")
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.NoError(t, resp.Body.Close())
+			d2.stop(t)
+		})
 	}
-	d2.stop(t)
 }
 
 // A provider that ignores keys and offers no lookup; the dispatcher is killed

@@ -262,10 +262,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	jobs := make(chan job, int(d.capacity())+d.cfg.BatchSize)
 	results := make(chan outcome, int(d.capacity())+d.cfg.BatchSize)
 
-	// Two claimers and two completers keep a statement in flight while the
-	// previous one returns, so throughput is not bounded by one round trip.
 	var producers sync.WaitGroup
-	for range pipelines {
+	for range claimers {
 		producers.Add(1)
 		go func() { defer producers.Done(); d.claimLoop(ctx, jobs) }()
 	}
@@ -277,17 +275,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		workers.Add(1)
 		go func() { defer workers.Done(); d.work(ctx, jobs, results) }()
 	}
-	var completers sync.WaitGroup
-	for range pipelines {
-		completers.Add(1)
-		go func() { defer completers.Done(); d.completeLoop(context.WithoutCancel(ctx), results) }()
+	var completing sync.WaitGroup
+	for range completers {
+		completing.Add(1)
+		go func() { defer completing.Done(); d.completeLoop(context.WithoutCancel(ctx), results) }()
 	}
 
 	producers.Wait()
 	close(jobs)
 	workers.Wait()
 	close(results)
-	completers.Wait()
+	completing.Wait()
 	d.log.Info("dispatcher stopped")
 	return nil
 }
@@ -309,8 +307,14 @@ func (d *Dispatcher) signal() {
 	}
 }
 
-// pipelines is the number of claiming and of completing goroutines.
-const pipelines = 2
+// claimers and completers are the numbers of goroutines running claiming
+// and completing statements. One claimer, claiming ahead by up to a batch,
+// avoids two claims skipping over each other's locked rows; two completers
+// keep one outcome batch committing while the next one gathers.
+const claimers, completers = 1, 2
+
+// claimTimeout bounds one claiming statement.
+const claimTimeout = 30 * time.Second
 
 // reserve takes up to BatchSize free slots, at least minN, for a claim; the
 // claim gives back what it did not use. It returns 0 when fewer are free.
@@ -375,7 +379,12 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 	}
 	slack := d.cfg.Lease - d.cfg.CallTimeout
 	startBy := time.Now().Add(slack - slack/4) // measured before the lease starts
-	rows, err := d.db.Query(ctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
+	// A claim is not cancelled half-way by shutdown: its outcome would be
+	// ambiguous (rows fired but never queued). Rows it returns after ctx
+	// ended are put back by the workers.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	rows, err := d.db.Query(qctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
 	if err != nil {
 		return 0, fmt.Errorf("sideeffect: claim: %w", err)
 	}
@@ -418,8 +427,12 @@ func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- o
 		case ctx.Err() != nil:
 			o = d.release(j) // stopping: never start a call
 		case time.Now().After(j.startBy):
+			// Calls are slower than the lease allows for the queue: the row goes
+			// back, due again after MinBackoff (a hint to raise Concurrency or
+			// Lease, or lower BatchSize).
 			d.log.Warn("claimed effect waited too long to be called within its lease; put back", "id", j.call.ID, "kind", j.call.Kind)
 			o = d.release(j)
+			o.delay = d.cfg.MinBackoff
 		default:
 			o = d.do(ctx, j)
 		}

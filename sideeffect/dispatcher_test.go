@@ -69,7 +69,7 @@ func TestTimeoutTwiceThenSuccessIsOneEffectWithOneKey(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := fastConfig(b)
 	cfg.Registerer = reg
-	start(t, b, map[string]sideeffect.Provider{"capture": hook(rc, &webhook.Config{Timeout: 200 * time.Millisecond})}, cfg)
+	start(t, b, map[string]sideeffect.Provider{"capture": hook(rc, &webhook.Config{Timeout: 500 * time.Millisecond})}, cfg)
 
 	b.waitState(t, sideeffect.StateConfirmed, 1, 20*time.Second)
 	rc.check(t, keys)
@@ -187,7 +187,7 @@ func TestExpiredLeaseIsReconciledThroughLookup(t *testing.T) {
 	// acted), keys[1] did not. Both rows are fired with an expired lease.
 	rc.record(keys[0])
 	_, err := b.db.Pool.Exec(ctx, `UPDATE side_effects SET state = 'fired', attempts = 1, fired_at = now(),
-		lease_owner = 'dead', lease_expires_at = now() - interval '1 second'`)
+		lease_owner = 'dead', lease_expires_at = now() - interval '1 second', next_attempt_at = now() - interval '1 second'`)
 	require.NoError(t, err)
 	p := lookupProvider{Provider: hook(rc, nil), acted: func(k string) bool {
 		rc.mu.Lock()
@@ -210,7 +210,7 @@ func TestExpiredLeaseRefiresWithSameKey(t *testing.T) {
 	keys := b.record(t, "mail", 1)
 	rc.record(keys[0]) // the dead dispatcher's call got through
 	_, err := b.db.Pool.Exec(context.Background(), `UPDATE side_effects SET state = 'fired', attempts = 1, fired_at = now(),
-		lease_owner = 'dead', lease_expires_at = now() - interval '1 second'`)
+		lease_owner = 'dead', lease_expires_at = now() - interval '1 second', next_attempt_at = now() - interval '1 second'`)
 	require.NoError(t, err)
 	start(t, b, map[string]sideeffect.Provider{"mail": hook(rc, nil)}, fastConfig(b))
 	b.waitState(t, sideeffect.StateConfirmed, 1, 10*time.Second)

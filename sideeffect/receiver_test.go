@@ -151,6 +151,13 @@ func (rc *receiver) check(t testing.TB, keys []string) {
 		require.Equal(t, 1, rc.effects[k], "effects for key %s", k)
 	}
 	require.Len(t, rc.effects, len(keys), "effects for keys never recorded")
+	known := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		known[k] = true
+	}
+	for k := range rc.calls {
+		require.True(t, known[k], "a call carried a key no effect has: %s", k)
+	}
 }
 
 func (rc *receiver) String() string {

@@ -44,7 +44,8 @@ func TestRecordTwiceInTwoTransactionsIsOneRow(t *testing.T) {
 	// tx2 is blocked on tx1's row until tx1 commits.
 	require.Eventually(t, func() bool {
 		var waiting int
-		_ = b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting)
+		_ = b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, `"`+b.db.Schema+`".side_effects`).Scan(&waiting)
 		return waiting > 0
 	}, 5*time.Second, 5*time.Millisecond)
 	require.NoError(t, tx1.Commit(ctx))

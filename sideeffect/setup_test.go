@@ -63,8 +63,8 @@ func fastConfig(b *bundle) *sideeffect.DispatcherConfig {
 		RecoverInterval: 50 * time.Millisecond,
 		MinBackoff:      10 * time.Millisecond,
 		MaxBackoff:      50 * time.Millisecond,
-		CallTimeout:     2 * time.Second,
-		Lease:           5 * time.Second,
+		CallTimeout:     5 * time.Second,
+		Lease:           10 * time.Second,
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }

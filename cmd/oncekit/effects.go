@@ -27,6 +27,11 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "usage: oncekit %s\n", effectsUsage)
 		return usagef("missing subcommand: list, retry, resolve or purge")
 	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintf(e.stdout, "usage: oncekit %s\n\nRun `oncekit effects <subcommand> -h` for its flags.\n", effectsUsage)
+		return nil
+	}
 	sub, args := args[0], args[1:]
 	fs := newFlagSet(e, "effects "+sub, effectsUsage)
 	var db dbFlags

@@ -96,6 +96,11 @@ func New(cfg *Config) (*Provider, error) {
 	if c.MaxConns <= 0 {
 		c.MaxConns = 64
 	}
+	h := make(http.Header, len(c.Header))
+	for k, vs := range c.Header {
+		h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	c.Header = h
 	p := &Provider{cfg: c, client: c.Client}
 	if c.Secret != "" {
 		if p.key, err = ParseSecret(c.Secret); err != nil {
@@ -148,36 +153,39 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 	if err != nil {
 		return "", sideeffect.Definite(fmt.Errorf("webhook: build request: %w", err))
 	}
-	for k, vs := range p.cfg.Header {
-		req.Header[k] = vs
-	}
-	h := req.Header
-	h.Set("Content-Type", p.cfg.ContentType)
-	h.Set(HeaderIdempotencyKey, c.Key)
 	now := time.Now()
+	h := make(http.Header, len(p.cfg.Header)+8)
+	for k, vs := range p.cfg.Header {
+		h[k] = vs
+	}
+	// Canonical keys written directly: no per-call canonicalisation.
+	h["Content-Type"] = []string{p.cfg.ContentType}
+	h["Idempotency-Key"] = []string{c.Key}
 	h[HeaderID] = []string{c.Key}
 	h[HeaderTimestamp] = []string{strconv.FormatInt(now.Unix(), 10)}
 	if p.key != nil {
 		h[HeaderSignature] = []string{Sign(p.key, c.Key, now, c.Payload)}
 	}
-	h.Set(HeaderKind, c.Kind)
-	h.Set(HeaderAttempt, strconv.Itoa(c.Attempt))
+	h["Oncekit-Effect-Kind"] = []string{c.Kind}
+	h["Oncekit-Attempt"] = []string{strconv.Itoa(c.Attempt)}
+	req.Header = h
 
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("webhook: POST %s: %w", p.cfg.URL, err) // indefinite
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // keep the connection reusable
-	_ = resp.Body.Close()
-
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // keep the connection reusable
+		_ = resp.Body.Close()
 		ref := resp.Header.Get(p.cfg.RefHeader)
 		if strings.EqualFold(resp.Header.Get(p.cfg.DuplicateHeader), "true") {
 			return ref, sideeffect.ErrDuplicate
 		}
 		return ref, nil
 	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	_ = resp.Body.Close()
 	serr := &StatusError{Code: resp.StatusCode, Body: snippet(body)}
 	if Retryable(resp.StatusCode) {
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
