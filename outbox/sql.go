@@ -99,7 +99,7 @@ func renderRelaySQL(schema string) relaySQL {
 		deleteBatch: `DELETE FROM {schema}.outbox_published WHERE id IN (
 			SELECT id FROM {schema}.outbox_published
 			WHERE published_at < now() - make_interval(secs => $1)
-			ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		oldest: `SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 			FROM {schema}.outbox WHERE parked_at IS NULL`,
 		parked: `SELECT count(*) FROM {schema}.outbox
