@@ -91,8 +91,10 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, delete
 		b.Fatal(err)
 	}
 	w.prefillOutbox(b, ob, msgs)
+	w.analyze(b)
 	relay, err := outbox.NewRelay(w.pool, pub, &outbox.RelayConfig{
 		Schema: w.db.Schema, Logger: relayBenchLogger(), Retention: -1, DeleteOnPublish: deleteOnPublish,
+		BatchSize: relayEnvInt("ONCEKIT_BENCH_BATCH", 1000),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -153,6 +155,7 @@ func drainWatermill(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 			b.Fatal(err)
 		}
 	}
+	w.analyze(b)
 	sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
 		SchemaAdapter: schema, OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{}, InitializeSchema: true,
 	}, logger)

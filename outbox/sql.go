@@ -81,11 +81,13 @@ func renderRelaySQL(schema string) relaySQL {
 				RETURNING id, seq, partition, ordering_key, subject, created_at, attempts),
 			kept AS (
 				INSERT INTO {schema}.outbox_published (id, seq, partition, ordering_key, subject, created_at, attempts)
-				SELECT id, seq, partition, ordering_key, subject, created_at, attempts + 1 FROM done)
-			SELECT count(*) FROM done`,
+				SELECT id, seq, partition, ordering_key, subject, created_at, attempts + 1 FROM done),
+			async AS (SELECT set_config('synchronous_commit', 'off', true))
+			SELECT count(*) FROM done, async`,
 		deletePublished: `WITH done AS (DELETE FROM {schema}.outbox
-				WHERE seq = ANY($4::bigint[]) AND partition = $1 AND ` + fence + ` RETURNING 1)
-			SELECT count(*) FROM done`,
+				WHERE seq = ANY($4::bigint[]) AND partition = $1 AND ` + fence + ` RETURNING 1),
+			async AS (SELECT set_config('synchronous_commit', 'off', true))
+			SELECT count(*) FROM done, async`,
 		// Count a failed attempt: back off, park after $8 attempts.
 		markFailed: `UPDATE {schema}.outbox o SET
 				attempts = o.attempts + 1,
