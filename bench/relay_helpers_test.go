@@ -106,3 +106,23 @@ func (w *relayWorld) waitStream(b *testing.B, n int, within time.Duration) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// analyze refreshes the planner statistics of every table in the world's
+// schema, as autovacuum would have done in a running system.
+func (w *relayWorld) analyze(b *testing.B) {
+	b.Helper()
+	ctx := context.Background()
+	rows, err := w.pool.Query(ctx, `SELECT quote_ident(table_name) FROM information_schema.tables WHERE table_schema = $1`, w.db.Schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range tables {
+		if _, err := w.pool.Exec(ctx, "ANALYZE "+t); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -35,6 +35,9 @@ func BenchmarkRelay(b *testing.B) {
 	n := relayEnvInt("ONCEKIT_BENCH_N", 100_000)
 	b.Run("oncekit", func(b *testing.B) { relayDrain(b, n, drainOncekit(false)) })
 	b.Run("oncekit-delete", func(b *testing.B) { relayDrain(b, n, drainOncekit(true)) })
+	if os.Getenv("ONCEKIT_BENCH_DBONLY") != "" {
+		b.Run("oncekit-dbonly", func(b *testing.B) { relayDrain(b, n, drainOncekitDBOnly) })
+	}
 	b.Run("watermill", func(b *testing.B) { relayDrain(b, n, drainWatermill) })
 	b.Run("jetstream", func(b *testing.B) { relayDrain(b, n, drainJetStream) })
 }
@@ -58,19 +61,40 @@ func drainOncekit(deleteOnPublish bool) func(b *testing.B, w *relayWorld, msgs [
 	}
 }
 
+// ackAll acknowledges without a broker: the database side's ceiling.
+type ackAll struct{}
+
+func (ackAll) Publish(_ context.Context, msgs []broker.Message) []broker.Result {
+	out := make([]broker.Result, len(msgs))
+	for i, m := range msgs {
+		out[i].ID = m.ID
+	}
+	return out
+}
+
+func drainOncekitDBOnly(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration {
+	return drainOncekitWith(b, w, msgs, false, ackAll{}, false)
+}
+
 func drainOncekitOnce(b *testing.B, w *relayWorld, msgs []broker.Message, deleteOnPublish bool) time.Duration {
+	pub, err := natsjs.NewPublisher(w.nats.Conn, &natsjs.PublisherConfig{MaxPending: relayEnvInt("ONCEKIT_BENCH_PENDING", 4096)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return drainOncekitWith(b, w, msgs, deleteOnPublish, pub, true)
+}
+
+func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, deleteOnPublish bool, pub broker.Publisher, waitStream bool) time.Duration {
 	b.StopTimer()
 	ob, err := outbox.New(&outbox.Config{Schema: w.db.Schema})
 	if err != nil {
 		b.Fatal(err)
 	}
 	w.prefillOutbox(b, ob, msgs)
-	pub, err := natsjs.NewPublisher(w.nats.Conn, &natsjs.PublisherConfig{MaxPending: relayEnvInt("ONCEKIT_BENCH_PENDING", 4096)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	w.analyze(b)
 	relay, err := outbox.NewRelay(w.pool, pub, &outbox.RelayConfig{
 		Schema: w.db.Schema, Logger: relayBenchLogger(), Retention: -1, DeleteOnPublish: deleteOnPublish,
+		BatchSize: relayEnvInt("ONCEKIT_BENCH_BATCH", 1000),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -80,7 +104,9 @@ func drainOncekitOnce(b *testing.B, w *relayWorld, msgs []broker.Message, delete
 	b.StartTimer()
 	start := time.Now()
 	go func() { done <- relay.Run(ctx) }()
-	w.waitStream(b, len(msgs), 10*time.Minute)
+	if waitStream {
+		w.waitStream(b, len(msgs), 10*time.Minute)
+	}
 	// Drained means marked too.
 	for {
 		var left int
@@ -129,6 +155,7 @@ func drainWatermill(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 			b.Fatal(err)
 		}
 	}
+	w.analyze(b)
 	sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
 		SchemaAdapter: schema, OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{}, InitializeSchema: true,
 	}, logger)

@@ -5,7 +5,8 @@
 // transaction (Enqueue), so the business change and its events commit
 // together or not at all. A Relay (NewRelay, Run) reads committed events and
 // publishes them, with the event ID as the broker's dedup ID (Nats-Msg-Id on
-// JetStream), marking as published only what the broker acknowledged.
+// JetStream), and moves to outbox_published only what the broker
+// acknowledged (kept for RelayConfig.Retention, then deleted in batches).
 //
 // Ordering is per ordering key: rows carry a partition (a stable hash of the
 // key), each partition is owned by one relay at a time through a lease with a

@@ -3,12 +3,17 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/outbox"
 )
 
@@ -52,4 +57,31 @@ func ExamplePartitionOf() {
 	b := outbox.PartitionOf(broker.Message{Key: "order-1"}, 16)
 	fmt.Println(a == b, a)
 	// Output: true 13
+}
+
+// Run the relay in-process (the `oncekit relay` daemon does the same).
+func ExampleNewRelay() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres?pool_max_conns=20")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(nats.DefaultURL, nats.MaxReconnects(-1))
+	if err != nil {
+		panic(err)
+	}
+	defer nc.Close()
+	pub, err := natsjs.NewPublisher(nc, nil)
+	if err != nil {
+		panic(err)
+	}
+	relay, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: "oncekit", Registerer: prometheus.DefaultRegisterer})
+	if err != nil {
+		panic(err)
+	}
+	if err := relay.Run(ctx); err != nil { // until interrupted
+		panic(err)
+	}
 }

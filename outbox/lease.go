@@ -13,6 +13,7 @@ func (r *Relay) leaseLoop(ctx context.Context) {
 	every := r.cfg.LeaseTTL / 3
 	for {
 		r.balance(ctx)
+		r.checkPartitions(ctx)
 		if !sleep(ctx, every) {
 			return
 		}
@@ -181,4 +182,15 @@ func (r *Relay) workerDone(w *worker) {
 	if r.workers[w.part] == w && w.lost.Load() {
 		delete(r.workers, w.part)
 	}
+}
+
+// checkPartitions reports rows that no relay will ever publish because their
+// writer uses more partitions than this relay.
+func (r *Relay) checkPartitions(ctx context.Context) {
+	var beyond bool
+	if err := r.pool.QueryRow(ctx, r.sql.partitionsBeyond, r.cfg.Partitions).Scan(&beyond); err != nil || !beyond {
+		return
+	}
+	r.log.Error("the outbox holds rows in partitions this relay does not serve: writers use a larger Config.Partitions",
+		"partitions", r.cfg.Partitions)
 }

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -241,4 +245,33 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 	raw, err := exec.Command(bin, "outbox", "unpark", "--database-url", b.db.URL).CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(raw), "give message IDs or --all")
+}
+
+func TestRelayProcessServesHealthAndMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	p := startRelayProc(t, b, b.nats.URL, nil, "--listen", addr)
+	enqueue(t, b.db, b.ob, b.msg("k", 1))
+	waitCount(t, b.stream, 1, 30*time.Second)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool { code, _ := get("/healthz"); return code == http.StatusOK }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, body := get("/metrics")
+		return strings.Contains(body, "oncekit_outbox_published_total 1") && strings.Contains(body, "oncekit_outbox_partitions_owned 16")
+	}, 20*time.Second, 50*time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.wait(t, 30*time.Second)
+	require.NoError(t, p.err)
 }

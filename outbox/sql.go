@@ -55,20 +55,21 @@ func renderRelaySQL(schema string) relaySQL {
 
 		// Rows of partition $1 ready to publish, in the order of their
 		// writing transactions: only below the snapshot's xmin (no running
-		// transaction can still add an earlier row), never a row behind a
-		// blocked (retrying or parked) row of its key, and only while this
-		// relay holds the lease.
+		// transaction can still add an earlier row), never a row of a key
+		// that has a blocked (retrying or parked) row, and only while this
+		// relay holds the lease. The blocked keys are collected once from
+		// their small index, so the main scan walks outbox_pending in order
+		// and stops at the limit.
 		fetch: `SELECT o.seq, o.id, o.ordering_key, o.subject, o.payload, o.headers, o.created_at, o.attempts
 			FROM {schema}.outbox o
 			WHERE o.partition = $1 AND o.parked_at IS NULL
 			AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
 			AND o.txid < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
-			AND (o.ordering_key = '' OR NOT EXISTS (
-				SELECT 1 FROM {schema}.outbox b
-				WHERE b.partition = o.partition AND b.ordering_key = o.ordering_key
+			AND o.ordering_key <> ALL (ARRAY(
+				SELECT DISTINCT b.ordering_key FROM {schema}.outbox b
+				WHERE b.partition = $1 AND b.ordering_key <> ''
 				AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
-				AND (b.parked_at IS NOT NULL OR b.next_attempt_at > now())
-				AND (b.txid, b.seq) < (o.txid, o.seq)))
+				AND (b.parked_at IS NOT NULL OR b.next_attempt_at > now())))
 			AND EXISTS (SELECT 1 FROM {schema}.relay_partitions l
 				WHERE l.partition = $1 AND l.owner = $2 AND l.token = $3 AND l.expires_at > now())
 			ORDER BY o.txid, o.seq
@@ -80,12 +81,13 @@ func renderRelaySQL(schema string) relaySQL {
 				RETURNING id, seq, partition, ordering_key, subject, created_at, attempts),
 			kept AS (
 				INSERT INTO {schema}.outbox_published (id, seq, partition, ordering_key, subject, created_at, attempts)
-				SELECT id, seq, partition, ordering_key, subject, created_at, attempts + 1 FROM done
-				ON CONFLICT (id) DO NOTHING)
-			SELECT count(*) FROM done`,
+				SELECT id, seq, partition, ordering_key, subject, created_at, attempts + 1 FROM done),
+			async AS (SELECT set_config('synchronous_commit', 'off', true))
+			SELECT count(*) FROM done, async`,
 		deletePublished: `WITH done AS (DELETE FROM {schema}.outbox
-				WHERE seq = ANY($4::bigint[]) AND partition = $1 AND ` + fence + ` RETURNING 1)
-			SELECT count(*) FROM done`,
+				WHERE seq = ANY($4::bigint[]) AND partition = $1 AND ` + fence + ` RETURNING 1),
+			async AS (SELECT set_config('synchronous_commit', 'off', true))
+			SELECT count(*) FROM done, async`,
 		// Count a failed attempt: back off, park after $8 attempts.
 		markFailed: `UPDATE {schema}.outbox o SET
 				attempts = o.attempts + 1,
@@ -96,10 +98,10 @@ func renderRelaySQL(schema string) relaySQL {
 			WHERE o.seq = f.seq AND o.partition = $1 AND ` + fence + `
 			RETURNING o.parked_at IS NOT NULL`,
 
-		deleteBatch: `DELETE FROM {schema}.outbox_published WHERE id IN (
-			SELECT id FROM {schema}.outbox_published
+		deleteBatch: `DELETE FROM {schema}.outbox_published WHERE seq IN (
+			SELECT seq FROM {schema}.outbox_published
 			WHERE published_at < now() - make_interval(secs => $1)
-			ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		oldest: `SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 			FROM {schema}.outbox WHERE parked_at IS NULL`,
 		parked: `SELECT count(*) FROM {schema}.outbox

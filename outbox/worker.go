@@ -339,24 +339,37 @@ func (r *Relay) mark(ctx context.Context, w *worker, acked []int64, failed []fai
 	}
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	stmt := r.sql.markPublished
+	if r.cfg.DeleteOnPublish {
+		stmt = r.sql.deletePublished
+	}
+	checkMarked := func(marked int64) error {
+		if marked < int64(len(acked)) {
+			r.log.Warn("lease lost before marking; the new owner republishes (deduplicated)", "partition", w.part,
+				"acked", len(acked), "marked", marked)
+			return errLeaseLost
+		}
+		return nil
+	}
+	if len(failed) == 0 { // the common case: one statement, one round trip
+		var marked int64
+		if err := r.pool.QueryRow(mctx, stmt, w.part, r.cfg.NodeID, w.token, acked).Scan(&marked); err != nil {
+			return fmt.Errorf("outbox: mark published: %w", err)
+		}
+		return checkMarked(marked)
+	}
 	tx, err := r.pool.Begin(mctx)
 	if err != nil {
 		return fmt.Errorf("outbox: mark: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(mctx)) }()
 	if len(acked) > 0 {
-		stmt := r.sql.markPublished
-		if r.cfg.DeleteOnPublish {
-			stmt = r.sql.deletePublished
-		}
 		var marked int64
 		if err := tx.QueryRow(mctx, stmt, w.part, r.cfg.NodeID, w.token, acked).Scan(&marked); err != nil {
 			return fmt.Errorf("outbox: mark published: %w", err)
 		}
-		if marked < int64(len(acked)) {
-			r.log.Warn("lease lost before marking; the new owner republishes (deduplicated)", "partition", w.part,
-				"acked", len(acked), "marked", marked)
-			return errLeaseLost
+		if err := checkMarked(marked); err != nil {
+			return err
 		}
 	}
 	if len(failed) > 0 {

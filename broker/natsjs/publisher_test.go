@@ -107,7 +107,9 @@ func TestPublishChainSkipsAfterAFailure(t *testing.T) {
 	require.NoError(t, err)
 	pub, err := natsjs.NewPublisher(n.Conn, nil)
 	require.NoError(t, err)
-	msg := func(subject string) broker.Message { return broker.Message{ID: uuid.New(), Subject: name + "." + subject} }
+	msg := func(subject string) broker.Message {
+		return broker.Message{ID: uuid.New(), Subject: name + "." + subject}
+	}
 	// Chain a: ok → ok; chain b: bad → ok (must not be sent); c: alone.
 	msgs := []broker.Message{msg("ok"), msg("bad"), msg("ok"), msg("ok"), msg("ok")}
 	prev := []int{-1, -1, 0, 1, -1}
