@@ -69,13 +69,41 @@ func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id
 // are sorted (unnest keeps array order), so two batches sharing messages lock
 // them in the same order and cannot deadlock on each other's claims.
 func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	rows, err := tx.Query(ctx, s.claimBatch, consumer, sortedArgs(ids))
+	return scanClaims(rows, err, len(ids))
+}
+
+// queueClaims queues the claim of ids (one or many) on b and returns the
+// function that reads its result from the sent batch.
+func (s *Store) queueClaims(b *pgx.Batch, consumer string, ids []uuid.UUID) func(pgx.BatchResults) (map[uuid.UUID]bool, error) {
+	if len(ids) == 1 {
+		b.Queue(s.claim, consumer, [16]byte(ids[0]))
+		return func(br pgx.BatchResults) (map[uuid.UUID]bool, error) {
+			tag, err := br.Exec()
+			if err != nil {
+				return nil, fmt.Errorf("inbox: claim: %w", err)
+			}
+			return map[uuid.UUID]bool{ids[0]: tag.RowsAffected() == 1}, nil
+		}
+	}
+	b.Queue(s.claimBatch, consumer, sortedArgs(ids))
+	return func(br pgx.BatchResults) (map[uuid.UUID]bool, error) {
+		rows, err := br.Query()
+		return scanClaims(rows, err, len(ids))
+	}
+}
+
+func sortedArgs(ids []uuid.UUID) [][16]byte {
 	sorted := uuidArgs(ids)
 	slices.SortFunc(sorted, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
-	rows, err := tx.Query(ctx, s.claimBatch, consumer, sorted)
+	return sorted
+}
+
+func scanClaims(rows pgx.Rows, err error, n int) (map[uuid.UUID]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: claim: %w", err)
 	}
-	claimed := make(map[uuid.UUID]bool, len(ids))
+	claimed := make(map[uuid.UUID]bool, n)
 	var id [16]byte
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { claimed[uuid.UUID(id)] = true; return nil })
 	if err != nil {
