@@ -54,3 +54,22 @@ func TestHandlerCannotEndTheTransaction(t *testing.T) {
 		require.Len(t, b.effects(), 1)
 	}
 }
+
+func TestJSONDeadLettersUndecodable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type payment struct{ Amount int }
+	h := inbox.JSON(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message, p payment) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (message_id, seq) VALUES ($1, $2)`, msg.ID, p.Amount)
+		return err
+	})
+	c := b.start(b.source("d", 5*time.Second), h, b.config("c"))
+	good, bad := b.msg("", 0), b.msg("", 0)
+	good.Payload, bad.Payload = []byte(`{"Amount": 42}`), []byte(`{"Amount": "forty-two"`)
+	b.publish(good, bad)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 && s.DeadLettered == 1 })
+	require.Equal(t, 42, b.count(`SELECT seq FROM effects`))
+	var reason string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT reason FROM dead_letters`).Scan(&reason))
+	require.Contains(t, reason, "permanent: undecodable payload: ")
+}
