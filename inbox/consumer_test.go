@@ -137,7 +137,7 @@ func TestTwoConsumersOfOneDurableRace(t *testing.T) {
 		cfg := b.config("c")
 		cfg.Concurrency = 1
 		cfg.Retention = -1
-		cs = append(cs, b.start(b.source("d", 500*time.Millisecond), h, cfg))
+		cs = append(cs, b.start(b.sourceOwnConn("d", 500*time.Millisecond), h, cfg))
 	}
 	m := b.msg("", 1)
 	b.publish(m)
@@ -377,7 +377,7 @@ func TestConcurrentBatchesWithCopiesEffectOnce(t *testing.T) {
 		cfg := b.config("c")
 		cfg.BatchSize = 20
 		cfg.Concurrency = 3
-		cs = append(cs, b.start(b.source("d", 5*time.Second), inbox.HandlerFunc(insertEffect), cfg))
+		cs = append(cs, b.start(b.sourceOwnConn("d", 5*time.Second), inbox.HandlerFunc(insertEffect), cfg))
 	}
 	require.Eventually(t, func() bool {
 		s0, s1 := cs[0].Stats(), cs[1].Stats()
