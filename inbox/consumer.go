@@ -29,6 +29,8 @@ type Consumer struct {
 	retried, dead atomic.Int64
 	running       atomic.Bool
 	ackWait       atomic.Int64 // the source's, learnt at start: how often to signal progress
+
+	conflictCooldown atomic.Int64 // > 0: claim with ON CONFLICT (a duplicate was seen lately)
 }
 
 // NewConsumer returns a Consumer that reads src and runs h for each message

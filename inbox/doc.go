@@ -35,6 +35,12 @@
 // saved where the protocol allows: BEGIN and the claim travel together, and
 // a message's SAVEPOINT travels with its handler's first statement.
 //
+// While no duplicate has been seen lately the claim is a plain INSERT, which
+// costs PostgreSQL about a third less than ON CONFLICT's speculative
+// insertion; a duplicate makes it fail with a unique violation, the
+// transaction is begun again with INSERT ... ON CONFLICT DO NOTHING, and the
+// next 64 transactions claim that way. The outcome is the same either way.
+//
 // Ordered mode (Config.Ordered) keeps the messages of one key (the
 // Oncekit-Key header) in order while different keys run in parallel: keys are
 // hashed onto Concurrency lanes, and a failing message is retried in place

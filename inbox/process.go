@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // Crash points (internal/crashpoint) on the processing path, for crash tests.
@@ -243,9 +244,34 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item) (pgx.Tx, map[u
 		}
 		return tx, claimed, nil
 	}
+	// Expect new messages (a plain INSERT) unless a duplicate was seen
+	// lately; a duplicate makes the plain INSERT fail, and the claim is
+	// redone with ON CONFLICT DO NOTHING.
+	expectNew := c.conflictCooldown.Load() <= 0
+	tx, claimed, err := c.pipelinedBeginClaim(ctx, bs, ids, expectNew)
+	if err != nil && expectNew && pgsql.IsUniqueViolation(err) {
+		c.conflictCooldown.Store(conflictCooldown)
+		tx, claimed, err = c.pipelinedBeginClaim(ctx, bs, ids, false)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !expectNew && len(claimed) < len(ids) {
+		c.conflictCooldown.Store(conflictCooldown)
+	} else if !expectNew {
+		c.conflictCooldown.Add(-1)
+	}
+	return tx, claimed, nil
+}
+
+// conflictCooldown is how many transactions claim with ON CONFLICT after a
+// duplicate was seen, before trying plain INSERTs again.
+const conflictCooldown = 64
+
+func (c *Consumer) pipelinedBeginClaim(ctx context.Context, bs batchSender, ids []uuid.UUID, expectNew bool) (pgx.Tx, map[uuid.UUID]bool, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	read := c.store.queueClaims(b, c.cfg.Name, ids)
+	read := c.store.queueClaims(b, c.cfg.Name, ids, expectNew)
 	br := bs.SendBatch(ctx, b)
 	tx := br.Tx()
 	_, err := br.Exec() // BEGIN
