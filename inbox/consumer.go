@@ -28,6 +28,9 @@ type Consumer struct {
 
 	retried, dead atomic.Int64
 	running       atomic.Bool
+	ackWait       atomic.Int64 // the source's, learnt at start: how often to signal progress
+
+	conflictCooldown atomic.Int64 // > 0: claim with ON CONFLICT (a duplicate was seen lately)
 }
 
 // NewConsumer returns a Consumer that reads src and runs h for each message
@@ -70,22 +73,23 @@ func (c *Consumer) Stats() Stats {
 	}
 }
 
-// CheckRetention returns ErrRetentionTooShort when the configured Retention
-// does not exceed the source's redelivery horizon (see Horizon).
+// CheckRetention reads the source's limits and returns ErrRetentionTooShort
+// when the configured Retention does not exceed the redelivery horizon (see
+// Horizon), and ErrInvalidConfig when the source stops redelivering (its
+// MaxDeliver) before MaxAttempts: such messages would vanish without a dead
+// letter. Run calls it first.
 func (c *Consumer) CheckRetention(ctx context.Context) error {
-	if c.cfg.Retention < 0 {
-		return nil
-	}
 	l, err := c.src.Limits(ctx)
 	if err != nil {
 		return fmt.Errorf("inbox: read source limits: %w", err)
 	}
+	c.ackWait.Store(int64(l.AckWait))
 	if l.MaxDeliver > 0 && l.MaxDeliver <= c.cfg.MaxAttempts {
 		return fmt.Errorf("%w: MaxAttempts %d must be below the source's MaxDeliver %d, or the broker stops redelivering before the consumer dead-letters",
 			ErrInvalidConfig, c.cfg.MaxAttempts, l.MaxDeliver)
 	}
 	h := Horizon(l, c.cfg.MaxAttempts, c.cfg.Backoff(c.cfg.MaxAttempts))
-	if c.cfg.Retention <= h {
+	if c.cfg.Retention >= 0 && c.cfg.Retention <= h {
 		return fmt.Errorf("%w: Retention %s <= horizon %s (ack wait %s, max deliver %d, dedup window %s, max attempts %d)",
 			ErrRetentionTooShort, c.cfg.Retention, h, l.AckWait, l.MaxDeliver, l.Duplicates, c.cfg.MaxAttempts)
 	}
@@ -228,8 +232,11 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 			it.failed = false
 		}
 	}
-	deadline := time.Now().Add(delay)
-	tick := time.NewTicker(max(delay/2, time.Second))
+	every := time.Second
+	if aw := time.Duration(c.ackWait.Load()); aw > 0 {
+		every = max(aw/3, 50*time.Millisecond)
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
@@ -240,10 +247,8 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 		case <-timer.C:
 			return true
 		case <-tick.C:
-			if time.Until(deadline) > 0 {
-				for _, it := range retry {
-					_ = it.d.InProgress(ctx)
-				}
+			for _, it := range retry {
+				_ = it.d.InProgress(ctx)
 			}
 		}
 	}

@@ -120,7 +120,9 @@ func TestRedeliveryAfterAckTimeoutIsDuplicate(t *testing.T) {
 	b.publish(m)
 	b.waitLockWaiter() // the redelivery is blocked on the first claim
 	close(release)
-	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 && s.Duplicates == 1 })
+	// Under load JetStream may redeliver more than once: every further copy
+	// is a duplicate too.
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 && s.Duplicates >= 1 })
 	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
 }
 
@@ -135,7 +137,7 @@ func TestTwoConsumersOfOneDurableRace(t *testing.T) {
 		cfg := b.config("c")
 		cfg.Concurrency = 1
 		cfg.Retention = -1
-		cs = append(cs, b.start(b.source("d", 500*time.Millisecond), h, cfg))
+		cs = append(cs, b.start(b.sourceOwnConn("d", 500*time.Millisecond), h, cfg))
 	}
 	m := b.msg("", 1)
 	b.publish(m)
@@ -143,11 +145,10 @@ func TestTwoConsumersOfOneDurableRace(t *testing.T) {
 	close(release)
 	require.Eventually(t, func() bool {
 		s0, s1 := cs[0].Stats(), cs[1].Stats()
-		return s0.Processed+s1.Processed == 1 && s0.Duplicates+s1.Duplicates == 1
-	}, 30*time.Second, 10*time.Millisecond)
+		return s0.Processed+s1.Processed == 1 && s0.Duplicates+s1.Duplicates >= 1 &&
+			s0.Processed+s0.Duplicates >= 1 && s1.Processed+s1.Duplicates >= 1
+	}, 30*time.Second, 10*time.Millisecond, "each consumer settles a delivery: the race was real")
 	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
-	// Each consumer took one delivery: the race was real.
-	require.EqualValues(t, 1, cs[0].Stats().Processed+cs[0].Stats().Duplicates)
 }
 
 func TestHandlerFailingTwiceThenSucceeding(t *testing.T) {
@@ -376,7 +377,7 @@ func TestConcurrentBatchesWithCopiesEffectOnce(t *testing.T) {
 		cfg := b.config("c")
 		cfg.BatchSize = 20
 		cfg.Concurrency = 3
-		cs = append(cs, b.start(b.source("d", 5*time.Second), inbox.HandlerFunc(insertEffect), cfg))
+		cs = append(cs, b.start(b.sourceOwnConn("d", 5*time.Second), inbox.HandlerFunc(insertEffect), cfg))
 	}
 	require.Eventually(t, func() bool {
 		s0, s1 := cs[0].Stats(), cs[1].Stats()

@@ -31,7 +31,15 @@
 // transaction: one statement claims the whole batch, each message's handler
 // runs under its own SAVEPOINT, and a failing message rolls back only its
 // savepoint and its claim; it is retried alone while the others commit. This
-// is what lifts throughput past one commit per message.
+// is what lifts throughput past one commit per message. Round trips are
+// saved where the protocol allows: BEGIN and the claim travel together, and
+// a message's SAVEPOINT travels with its handler's first statement.
+//
+// While no duplicate has been seen lately the claim is a plain INSERT, which
+// costs PostgreSQL about a third less than ON CONFLICT's speculative
+// insertion; a duplicate makes it fail with a unique violation, the
+// transaction is begun again with INSERT ... ON CONFLICT DO NOTHING, and the
+// next 64 transactions claim that way. The outcome is the same either way.
 //
 // Ordered mode (Config.Ordered) keeps the messages of one key (the
 // Oncekit-Key header) in order while different keys run in parallel: keys are

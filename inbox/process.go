@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // Crash points (internal/crashpoint) on the processing path, for crash tests.
@@ -114,19 +115,15 @@ func (c *Consumer) process(ctx context.Context, items []*item) []*item {
 // runTx fills out. An error means the transaction as a whole failed: the
 // caller retries every message that is not a duplicate.
 func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err error) {
-	tx, err := c.db.Begin(ctx)
+	tx, claimed, err := c.beginClaim(ctx, items)
 	if err != nil {
-		return fmt.Errorf("inbox: begin: %w", err)
+		return err
 	}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	claimed, err := c.claim(ctx, tx, items)
-	if err != nil {
-		return err
-	}
 	single := len(items) == 1
 	seen := make(map[uuid.UUID]bool, len(items))
 	blocked := map[string]bool{}
@@ -211,25 +208,90 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 	return nil
 }
 
-// claim claims every valid message of items; nil means claims are off.
-func (c *Consumer) claim(ctx context.Context, tx pgx.Tx, items []*item) (map[uuid.UUID]bool, error) {
-	if c.cfg.DisableClaim {
-		return nil, nil
-	}
+// batchSender sends a batch of statements in one round trip; a
+// *pgxpool.Pool and a *pgx.Conn are.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// beginClaim begins the transaction and claims every valid message of items
+// in it, in one round trip when the database can pipeline. The claims map is
+// nil when claims are off.
+func (c *Consumer) beginClaim(ctx context.Context, items []*item) (pgx.Tx, map[uuid.UUID]bool, error) {
 	ids := make([]uuid.UUID, 0, len(items))
 	for _, it := range items {
 		if it.msg != nil {
 			ids = append(ids, it.msg.ID)
 		}
 	}
-	if len(ids) == 1 {
-		ok, err := c.store.Claim(ctx, tx, c.cfg.Name, ids[0])
-		return map[uuid.UUID]bool{ids[0]: ok}, err
+	bs, pipelined := c.db.(batchSender)
+	if c.cfg.DisableClaim || len(ids) == 0 || !pipelined {
+		tx, err := c.db.Begin(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("inbox: begin: %w", err)
+		}
+		var claimed map[uuid.UUID]bool
+		switch {
+		case c.cfg.DisableClaim:
+		case len(ids) == 0:
+			claimed = map[uuid.UUID]bool{}
+		default:
+			claimed, err = c.store.claimAll(ctx, tx, c.cfg.Name, ids)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, nil, err
+		}
+		return tx, claimed, nil
 	}
-	if len(ids) == 0 {
-		return map[uuid.UUID]bool{}, nil
+	// Expect new messages (a plain INSERT) unless a duplicate was seen
+	// lately; a duplicate makes the plain INSERT fail, and the claim is
+	// redone with ON CONFLICT DO NOTHING.
+	expectNew := c.conflictCooldown.Load() <= 0
+	tx, claimed, err := c.pipelinedBeginClaim(ctx, bs, ids, expectNew)
+	if err != nil && expectNew && pgsql.IsUniqueViolation(err) {
+		c.conflictCooldown.Store(conflictCooldown)
+		tx, claimed, err = c.pipelinedBeginClaim(ctx, bs, ids, false)
 	}
-	return c.store.claimAll(ctx, tx, c.cfg.Name, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !expectNew && len(claimed) < len(ids) {
+		c.conflictCooldown.Store(conflictCooldown)
+	} else if !expectNew {
+		c.conflictCooldown.Add(-1)
+	}
+	return tx, claimed, nil
+}
+
+// conflictCooldown is how many transactions claim with ON CONFLICT after a
+// duplicate was seen, before trying plain INSERTs again.
+const conflictCooldown = 64
+
+func (c *Consumer) pipelinedBeginClaim(ctx context.Context, bs batchSender, ids []uuid.UUID, expectNew bool) (pgx.Tx, map[uuid.UUID]bool, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	read := c.store.queueClaims(b, c.cfg.Name, ids, expectNew)
+	br := bs.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, err := br.Exec() // BEGIN
+	var claimed map[uuid.UUID]bool
+	if err == nil {
+		claimed, err = read(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if tx != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+		return nil, nil, fmt.Errorf("inbox: begin and claim: %w", err)
+	}
+	if tx == nil {
+		return nil, nil, errors.New("inbox: begin and claim: no transaction")
+	}
+	return tx, claimed, nil
 }
 
 // settle acks, naks or returns each message according to its outcome.

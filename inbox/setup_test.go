@@ -3,14 +3,13 @@ package inbox_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -59,6 +58,23 @@ func setupStream(t *testing.T, sc natsjs.StreamConfig) *bundle {
 func (b *bundle) source(durable string, ackWait time.Duration) *natsjs.Source {
 	b.t.Helper()
 	src, err := natsjs.NewSource(context.Background(), b.nats.JS, &natsjs.SourceConfig{
+		Stream: b.stream, Durable: durable, AckWait: ackWait,
+	})
+	require.NoError(b.t, err)
+	b.t.Cleanup(src.Close)
+	return src
+}
+
+// sourceOwnConn opens a Source on the durable over a connection of its own,
+// as a second process would.
+func (b *bundle) sourceOwnConn(durable string, ackWait time.Duration) *natsjs.Source {
+	b.t.Helper()
+	nc, err := nats.Connect(b.nats.URL)
+	require.NoError(b.t, err)
+	b.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(b.t, err)
+	src, err := natsjs.NewSource(context.Background(), js, &natsjs.SourceConfig{
 		Stream: b.stream, Durable: durable, AckWait: ackWait,
 	})
 	require.NoError(b.t, err)
@@ -173,6 +189,3 @@ func rawPublish(t *testing.T, js jetstream.JetStream, subject string, headers ma
 	_, err := js.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
 }
-
-var _ = os.Getenv
-var _ = strings.Contains

@@ -19,7 +19,7 @@ import (
 // claims and dead letters can ride in the caller's transaction. It is what
 // the Consumer, the watermill middleware and `oncekit dlq` share.
 type Store struct {
-	claim, claimBatch, unclaim, insertDead, listDead, getDead, markReplayed, purge, prune string
+	claim, claimBatch, claimNew, claimNewBatch, unclaim, insertDead, listDead, getDead, markReplayed, purge, prune string
 }
 
 // NewStore renders the inbox's SQL for schema ("" means "oncekit").
@@ -34,6 +34,9 @@ func NewStore(schema string) (*Store, error) {
 		claimBatch: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
 			SELECT $1, id FROM unnest($2::uuid[]) AS t(id)
 			ON CONFLICT DO NOTHING RETURNING message_id`),
+		claimNew: r(`INSERT INTO {schema}.processed_messages (consumer, message_id) VALUES ($1, $2)`),
+		claimNewBatch: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
+			SELECT $1, id FROM unnest($2::uuid[]) AS t(id) RETURNING message_id`),
 		unclaim: r(`DELETE FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])`),
 		insertDead: r(`INSERT INTO {schema}.dead_letters (consumer, message_id, subject, payload, headers, reason, attempts)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -69,13 +72,49 @@ func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id
 // are sorted (unnest keeps array order), so two batches sharing messages lock
 // them in the same order and cannot deadlock on each other's claims.
 func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	rows, err := tx.Query(ctx, s.claimBatch, consumer, sortedArgs(ids))
+	return scanClaims(rows, err, len(ids))
+}
+
+// queueClaims queues the claim of ids (one or many) on b and returns the
+// function that reads its result from the sent batch. With expectNew the
+// claim is a plain INSERT, cheaper than ON CONFLICT's speculative insertion,
+// that fails with a unique violation (aborting the transaction) if any ID is
+// already claimed; the caller then starts over without expectNew.
+func (s *Store) queueClaims(b *pgx.Batch, consumer string, ids []uuid.UUID, expectNew bool) func(pgx.BatchResults) (map[uuid.UUID]bool, error) {
+	one, many := s.claim, s.claimBatch
+	if expectNew {
+		one, many = s.claimNew, s.claimNewBatch
+	}
+	if len(ids) == 1 {
+		b.Queue(one, consumer, [16]byte(ids[0]))
+		return func(br pgx.BatchResults) (map[uuid.UUID]bool, error) {
+			tag, err := br.Exec()
+			if err != nil {
+				return nil, fmt.Errorf("inbox: claim: %w", err)
+			}
+			return map[uuid.UUID]bool{ids[0]: tag.RowsAffected() == 1}, nil
+		}
+	}
+	b.Queue(many, consumer, sortedArgs(ids))
+	return func(br pgx.BatchResults) (map[uuid.UUID]bool, error) {
+		rows, err := br.Query()
+		return scanClaims(rows, err, len(ids))
+	}
+}
+
+// sortedArgs returns ids sorted and without repeats.
+func sortedArgs(ids []uuid.UUID) [][16]byte {
 	sorted := uuidArgs(ids)
 	slices.SortFunc(sorted, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
-	rows, err := tx.Query(ctx, s.claimBatch, consumer, sorted)
+	return slices.Compact(sorted)
+}
+
+func scanClaims(rows pgx.Rows, err error, n int) (map[uuid.UUID]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: claim: %w", err)
 	}
-	claimed := make(map[uuid.UUID]bool, len(ids))
+	claimed := make(map[uuid.UUID]bool, n)
 	var id [16]byte
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { claimed[uuid.UUID(id)] = true; return nil })
 	if err != nil {

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// BenchmarkConsumePG runs the inbox consumer on one PostgreSQL connection
+// with an in-memory source (no broker), to price the PostgreSQL side alone:
+// besides msgs/s it reports the CPU the PostgreSQL backend spent per message
+// (pg-µs/msg, read from /proc when PostgreSQL runs on this machine), which
+// other load on the machine barely disturbs. The contenders are the
+// consumer's modes: oncekit-batch (BatchSize 50), oncekit-noclaim (the same
+// without the claim) and oncekit (one transaction per message).
+func BenchmarkConsumePG(b *testing.B) {
+	n := consumeN() / 5
+	for _, c := range []struct {
+		name    string
+		batch   int
+		noClaim bool
+	}{
+		{"oncekit-batch", consumeBatch, false},
+		{"oncekit-noclaim", consumeBatch, true},
+		{"oncekit", 1, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				rate, pgCPU := consumePGRun(b, n, c.batch, c.noClaim)
+				b.ReportMetric(rate, "msgs/s")
+				if pgCPU > 0 {
+					b.ReportMetric(float64(pgCPU.Microseconds())/float64(n), "pg-µs/msg")
+				}
+			}
+		})
+	}
+}
+
+func consumePGRun(b *testing.B, n, batch int, noClaim bool) (float64, time.Duration) {
+	ctx := context.Background()
+	db := testenv.NewDB(b)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE bench_effects (message_id uuid NOT NULL, payload bytea NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	var pid int
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	src := &memSource{}
+	payload := []byte(`{"amount":1250,"currency":"EUR","account":"acc-000123"}`)
+	for range n {
+		src.ds = append(src.ds, &memDelivery{id: uuid.NewString(), data: payload})
+	}
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		_, err := tx.Exec(ctx, insertEffect, msg.ID, msg.Payload)
+		return err
+	})
+	c, err := inbox.NewConsumer(pool, src, h, &inbox.Config{
+		Name: "bench", Schema: db.Schema, Concurrency: 1, BatchSize: batch, DisableClaim: noClaim,
+		Retention: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	cpu0 := procCPU(pid)
+	b.StartTimer()
+	start := time.Now()
+	go func() { done <- c.Run(rctx) }()
+	for c.Stats().Processed < int64(n) {
+		select {
+		case err := <-done:
+			b.Fatalf("consumer stopped: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu1 := procCPU(pid)
+	cancel()
+	<-done
+	if cpu0 < 0 || cpu1 < 0 {
+		return float64(n) / elapsed.Seconds(), 0
+	}
+	return float64(n) / elapsed.Seconds(), cpu1 - cpu0
+}
+
+// procCPU is the user+system CPU of a local process, or -1.
+func procCPU(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from 3 on
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ = 100
+}
+
+// memSource is an inbox.Source over a slice: every message once, acks ignored.
+type memSource struct {
+	mu sync.Mutex
+	ds []inbox.Delivery
+}
+
+func (s *memSource) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+	s.mu.Lock()
+	if len(s.ds) == 0 {
+		s.mu.Unlock()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	k := min(max, len(s.ds))
+	out := s.ds[:k]
+	s.ds = s.ds[k:]
+	s.mu.Unlock()
+	return out, nil
+}
+
+func (s *memSource) Limits(context.Context) (inbox.SourceLimits, error) {
+	return inbox.SourceLimits{AckWait: time.Minute, MaxDeliver: -1}, nil
+}
+
+type memDelivery struct {
+	id   string
+	data []byte
+}
+
+func (d *memDelivery) Subject() string { return "bench" }
+func (d *memDelivery) Data() []byte    { return d.data }
+func (d *memDelivery) Header(name string) string {
+	if name == broker.HeaderMsgID {
+		return d.id
+	}
+	return ""
+}
+func (d *memDelivery) Headers() map[string][]string {
+	return map[string][]string{broker.HeaderMsgID: {d.id}}
+}
+func (d *memDelivery) Attempt() int                             { return 1 }
+func (d *memDelivery) Ack(context.Context) error                { return nil }
+func (d *memDelivery) Nak(context.Context, time.Duration) error { return nil }
+func (d *memDelivery) InProgress(context.Context) error         { return nil }
