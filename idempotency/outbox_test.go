@@ -43,9 +43,9 @@ func sameTxRoute() *idempotency.Route {
 
 // Case 11: in SameTx mode the handler writes a row and an outbox event
 // (outbox.Enqueue) in the claim's transaction. A SIGKILL of the server process
-// before the commit leaves neither (nor a claim); the retry executes and writes both once; replays never emit a
-// second event, and even a re-execution (after the record expired) finds its
-// event already there.
+// before the commit leaves neither (nor a claim); the retry executes and
+// writes both once; replays never emit a second event, and even a
+// re-execution (after the record expired) finds its event already there.
 func TestSameTxOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
