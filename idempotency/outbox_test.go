@@ -11,24 +11,28 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
 )
 
-// eventsDDL is a stand-in for the outbox table: one row per event ID.
-const eventsDDL = `CREATE TABLE payment_events (
-	id      uuid PRIMARY KEY,
-	subject text  NOT NULL,
-	payload bytea NOT NULL
-)`
-
-// paymentEvents returns the SameTx handler's event writer: the event ID
-// derives from the payment ID, so a re-execution writes the same event.
-func paymentEvents(string) (func(ctx context.Context, tx pgx.Tx, paymentID uuid.UUID) error, error) {
+// paymentEvents returns the SameTx handler's event writer: it enqueues a
+// PaymentCreated event in the outbox, in the claim's transaction, with an ID
+// derived from the payment ID, so a re-execution enqueues the same event (a
+// no-op the outbox reports as a duplicate).
+func paymentEvents(schema string) (func(ctx context.Context, tx pgx.Tx, paymentID uuid.UUID) error, error) {
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, tx pgx.Tx, paymentID uuid.UUID) error {
-		_, err := tx.Exec(ctx, `INSERT INTO payment_events (id, subject, payload) VALUES ($1, 'payments.created', $2)
-			ON CONFLICT (id) DO NOTHING`,
-			oncekit.DeriveID(paymentID.String(), "PaymentCreated"), []byte(`{"id":"`+paymentID.String()+`"}`))
+		_, err := ob.Enqueue(ctx, tx, broker.Message{
+			ID:      oncekit.DeriveID(paymentID.String(), "PaymentCreated"),
+			Subject: "payments.created",
+			Key:     paymentID.String(),
+			Payload: []byte(`{"id":"` + paymentID.String() + `"}`),
+		})
 		return err
 	}, nil
 }
@@ -37,24 +41,22 @@ func sameTxRoute() *idempotency.Route {
 	return &idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx, Tenant: tenantFromHeader}
 }
 
-// Case 11: in SameTx mode the handler writes a row and an outbox event in the
-// claim's transaction. A SIGKILL before the commit leaves neither (nor a
-// claim); the retry executes and writes both once; replays never emit a
-// second event, and even a re-execution (after the record expired) finds its
-// event already there.
+// Case 11: in SameTx mode the handler writes a row and an outbox event
+// (outbox.Enqueue) in the claim's transaction. A SIGKILL of the server process
+// before the commit leaves neither (nor a claim); the retry executes and
+// writes both once; replays never emit a second event, and even a
+// re-execution (after the record expired) finds its event already there.
 func TestSameTxOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	_, err := db.Pool.Exec(ctx, paymentsDDL)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, eventsDDL)
-	require.NoError(t, err)
 
 	cmd, url := startHelper(t, db, idempotency.SameTx, "idempotency.before-commit")
 	postAndDie(t, cmd, url)
 	require.Zero(t, count(t, db, `SELECT count(*) FROM payments`))
-	require.Zero(t, count(t, db, `SELECT count(*) FROM payment_events`))
+	require.Zero(t, count(t, db, `SELECT count(*) FROM outbox`))
 	require.Zero(t, count(t, db, `SELECT count(*) FROM idempotency_keys`))
 
 	h := newHarnessOn(t, db, *sameTxRoute(), nil)
@@ -68,7 +70,7 @@ func TestSameTxOutbox(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status, first.body)
 	require.Empty(t, first.header.Get(idempotency.HeaderReplayed))
 	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM payments`))
-	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM payment_events`))
+	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM outbox`))
 
 	for range 3 {
 		again := h.post(t, "acme", "pay-1", `{"amount":100}`)
@@ -76,7 +78,7 @@ func TestSameTxOutbox(t *testing.T) {
 		require.Equal(t, first.body, again.body)
 	}
 	require.EqualValues(t, 1, h.runs.Load())
-	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM payment_events`))
+	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM outbox`))
 
 	// Past its TTL the key executes again; the derived event ID makes the
 	// second write a no-op.
@@ -85,5 +87,5 @@ func TestSameTxOutbox(t *testing.T) {
 	require.Equal(t, http.StatusCreated, h.post(t, "acme", "pay-1", `{"amount":100}`).status)
 	require.EqualValues(t, 2, h.runs.Load())
 	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM payments`))
-	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM payment_events`))
+	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM outbox`))
 }
