@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,14 +24,11 @@ func newFlagSet(e *env, name, usage string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, turning -h into a clean exit and other errors into
-// usage errors.
+// parse parses args, turning -h into a clean exit (the flag set has
+// printed its usage already) and other errors into usage errors.
 func parse(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(nil)
-		fs.Usage()
 		return &exitError{code: 0}
 	}
 	if err != nil {
