@@ -213,3 +213,22 @@ func TestRetentionDeletesPublishedRowsInBatches(t *testing.T) {
 }
 
 func testenvNATSURL(b *bundle) string { return b.nats.URL }
+
+func TestRelayDeleteOnPublishKeepsNoHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var msgs []broker.Message
+	for i := range 30 {
+		msgs = append(msgs, b.msg("k", i))
+	}
+	enqueue(t, b.db, b.ob, msgs...)
+	pub, _ := publisher(t, b.nats.URL)
+	b.startRelay(t, pub, outbox.RelayConfig{DeleteOnPublish: true})
+	waitCount(t, b.stream, 30, 20*time.Second)
+	require.Eventually(t, func() bool { return countRows(t, b.db) == 0 }, 10*time.Second, 20*time.Millisecond)
+	var kept int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_published`).Scan(&kept))
+	require.Zero(t, kept)
+	requireExactlyOnceInOrder(t, readStream(t, b.stream), msgs)
+}
