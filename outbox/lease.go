@@ -158,7 +158,9 @@ func (r *Relay) releaseAfterBatch(ctx context.Context, p int) {
 		return
 	}
 	w.signalStop()
+	r.bg.Add(1)
 	go func() {
+		defer r.bg.Done()
 		<-w.done
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -128,6 +128,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 		return EnqueueResult{}, nil
 	}
 	ids := make([]uuid.UUID, len(msgs))
+	rawIDs := make([][16]byte, len(msgs)) // binary encoding, no text round trip
 	parts := make([]int32, len(msgs))
 	keys := make([]string, len(msgs))
 	subjects := make([]string, len(msgs))
@@ -137,7 +138,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 		if err := validate(i, m, o.maxPayload); err != nil {
 			return EnqueueResult{}, err
 		}
-		ids[i], keys[i], subjects[i] = m.ID, m.Key, m.Subject
+		ids[i], rawIDs[i], keys[i], subjects[i] = m.ID, m.ID, m.Key, m.Subject
 		parts[i] = int32(o.Partition(m))
 		payloads[i] = m.Payload
 		if payloads[i] == nil {
@@ -152,7 +153,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 			headers[i] = &s
 		}
 	}
-	rows, err := tx.Query(ctx, o.insertSQL, ids, parts, keys, subjects, payloads, headers)
+	rows, err := tx.Query(ctx, o.insertSQL, rawIDs, parts, keys, subjects, payloads, headers)
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("outbox: insert: %w", err)
 	}

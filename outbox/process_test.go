@@ -88,6 +88,7 @@ func TestThreeRelayProcessesKeepEachKeyInOrder(t *testing.T) {
 	}
 	t.Parallel()
 	b := setup(t)
+	ctx := context.Background()
 	const keys, perKey, writers = 1000, 20, 4
 	want := make([]broker.Message, 0, keys*perKey)
 	byKey := make([][]broker.Message, keys)
@@ -98,48 +99,60 @@ func TestThreeRelayProcessesKeepEachKeyInOrder(t *testing.T) {
 			want = append(want, m)
 		}
 	}
-	procs := []*relayProc{startRelayProc(t, b, b.nats.URL, nil)}
-
-	// Writers run concurrently with the relays; the other two relays join
-	// midway, so partitions move between processes under load.
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range perKey {
-				var batch []broker.Message
-				for k := w; k < keys; k += writers {
-					batch = append(batch, byKey[k][i])
+	// write runs the writers concurrently over rounds [from, to): in each
+	// transaction, event i of a quarter of the keys.
+	write := func(from, to int) {
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := from; i < to; i++ {
+					var batch []broker.Message
+					for k := w; k < keys; k += writers {
+						batch = append(batch, byKey[k][i])
+					}
+					enqueue(t, b.db, b.ob, batch...)
 				}
-				enqueue(t, b.db, b.ob, batch...)
-			}
-		}()
+			}()
+		}
+		wg.Wait()
 	}
-	waitCount(t, b.stream, 2000, 60*time.Second)
-	procs = append(procs, startRelayProc(t, b, b.nats.URL, nil), startRelayProc(t, b, b.nats.URL, nil))
-	wg.Wait()
-	waitCount(t, b.stream, keys*perKey, 120*time.Second)
+	owners := func() (n int) {
+		require.NoError(t, b.db.Pool.QueryRow(ctx,
+			`SELECT count(DISTINCT owner) FROM relay_partitions WHERE expires_at > now()`).Scan(&n))
+		return n
+	}
 
-	// Every relay ended up with a share of the partitions.
-	require.Eventually(t, func() bool {
-		var owners int
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-			`SELECT count(DISTINCT owner) FROM relay_partitions WHERE expires_at > now()`).Scan(&owners))
-		return owners == 3
-	}, 30*time.Second, 50*time.Millisecond)
+	// One relay starts alone; two more join while the first half is being
+	// written, so partitions move between processes under load.
+	first := startRelayProc(t, b, b.nats.URL, nil)
+	done := make(chan struct{})
+	go func() { write(0, perKey/2); close(done) }()
+	waitCount(t, b.stream, 2000, 60*time.Second)
+	others := []*relayProc{startRelayProc(t, b, b.nats.URL, nil), startRelayProc(t, b, b.nats.URL, nil)}
+	require.Eventually(t, func() bool { return owners() == 3 }, 30*time.Second, 50*time.Millisecond, "every relay takes a share")
+	<-done
+
+	// The first relay dies without a word; the others take its partitions
+	// once its leases expire, and the second half is written meanwhile.
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	first.wait(t, 10*time.Second)
+	write(perKey/2, perKey)
+	waitCount(t, b.stream, keys*perKey, 120*time.Second)
 	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)
+	require.Eventually(t, func() bool { return owners() == 2 }, 30*time.Second, 50*time.Millisecond)
 
 	// SIGTERM: each finishes its batch, gives its leases back and exits 0.
-	for _, p := range procs {
+	for _, p := range others {
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	}
-	for _, p := range procs {
+	for _, p := range others {
 		p.wait(t, 30*time.Second)
 		require.NoError(t, p.err, p.out.String())
 	}
 	var held int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM relay_partitions WHERE owner IS NOT NULL`).Scan(&held))
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM relay_partitions WHERE owner IS NOT NULL`).Scan(&held))
 	require.Zero(t, held)
 }
 

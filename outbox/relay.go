@@ -99,6 +99,7 @@ type Relay struct {
 
 	mu      sync.Mutex
 	workers map[int]*worker
+	bg      sync.WaitGroup // partition releases in progress
 }
 
 // NewRelay returns a relay reading pool's outbox and publishing with pub.
@@ -265,6 +266,7 @@ func (r *Relay) shutdown(ctx context.Context) {
 	for _, w := range ws {
 		<-w.done
 	}
+	r.bg.Wait()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	parts := make([]int32, 0, len(ws))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -213,3 +214,61 @@ func TestRetentionDeletesPublishedRowsInBatches(t *testing.T) {
 }
 
 func testenvNATSURL(b *bundle) string { return b.nats.URL }
+
+func TestRelayDeleteOnPublishKeepsNoHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var msgs []broker.Message
+	for i := range 30 {
+		msgs = append(msgs, b.msg("k", i))
+	}
+	enqueue(t, b.db, b.ob, msgs...)
+	pub, _ := publisher(t, b.nats.URL)
+	b.startRelay(t, pub, outbox.RelayConfig{DeleteOnPublish: true})
+	waitCount(t, b.stream, 30, 20*time.Second)
+	require.Eventually(t, func() bool { return countRows(t, b.db) == 0 }, 10*time.Second, 20*time.Millisecond)
+	var kept int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_published`).Scan(&kept))
+	require.Zero(t, kept)
+	requireExactlyOnceInOrder(t, readStream(t, b.stream), msgs)
+}
+
+func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.ob = newOutbox(t, b.db, outbox.Config{Notify: true})
+	// The relay gets a pool of its own, named so that its sessions can be
+	// found and killed.
+	app := testenv.Name(t)
+	pcfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	pub, _ := publisher(t, b.nats.URL)
+	r, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Logger: testLogger(), LeaseTTL: 2 * time.Second, PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	enqueue(t, b.db, b.ob, b.msg("k", 0))
+	waitCount(t, b.stream, 1, 20*time.Second)
+	require.Eventually(t, func() bool { return listeners(t, b) == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	// Every session of the relay is killed, the LISTEN connection included;
+	// the relay reconnects and carries on.
+	var killed int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1`, app).Scan(&killed))
+	require.NotZero(t, killed)
+	for i := 1; i <= 3; i++ {
+		enqueue(t, b.db, b.ob, b.msg("k", i))
+	}
+	waitCount(t, b.stream, 4, 30*time.Second)
+	require.Eventually(t, func() bool { return listeners(t, b) == 1 }, 30*time.Second, 20*time.Millisecond, "LISTEN is re-established")
+}

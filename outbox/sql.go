@@ -44,13 +44,19 @@ func renderRelaySQL(schema string) relaySQL {
 		removeNode: `DELETE FROM {schema}.relay_nodes WHERE id = $1`,
 
 		// Which of the partitions $1 have rows that became readable since
-		// the snapshot xmin $2 of the previous look.
+		// the snapshot xmin $2 of the previous look; and whether committed
+		// rows are still waiting for the xmin to pass them (an older
+		// transaction is still running), in which case the prober looks
+		// again soon instead of backing off.
 		probe: `WITH x AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 			SELECT x.xmin::text, array(
 				SELECT p FROM unnest($1::int[]) AS p WHERE EXISTS (
 					SELECT 1 FROM {schema}.outbox o
 					WHERE o.partition = p
-					AND o.txid >= $2::text::xid8 AND o.txid < x.xmin))
+					AND o.txid >= $2::text::xid8 AND o.txid < x.xmin)),
+			EXISTS (
+				SELECT 1 FROM unnest($1::int[]) AS p WHERE EXISTS (
+					SELECT 1 FROM {schema}.outbox o WHERE o.partition = p AND o.txid >= x.xmin))
 			FROM x`,
 
 		// Rows of partition $1 ready to publish, in the order of their

@@ -56,7 +56,7 @@ func (r *Relay) probeLoop(ctx context.Context) {
 			lastAll = r.since()
 			r.pokeAll()
 		}
-		found, xmin, err := r.probe(ctx, prev)
+		found, waiting, xmin, err := r.probe(ctx, prev)
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -67,6 +67,9 @@ func (r *Relay) probeLoop(ctx context.Context) {
 		case found:
 			prev = xmin
 			wait = r.cfg.BusyPollInterval
+		case waiting:
+			prev = xmin
+			wait = min(r.cfg.BusyPollInterval, waitingPoll)
 		default:
 			prev = xmin
 			wait = min(max(2*wait, r.cfg.BusyPollInterval), r.cfg.PollInterval)
@@ -75,19 +78,23 @@ func (r *Relay) probeLoop(ctx context.Context) {
 	}
 }
 
-// probe pokes the workers of partitions with newly readable rows.
-func (r *Relay) probe(ctx context.Context, prev string) (bool, string, error) {
+// waitingPoll bounds the wait between looks while committed rows wait for
+// an older transaction to end.
+const waitingPoll = 5 * time.Millisecond
+
+// probe pokes the workers of partitions with newly readable rows. waiting
+// reports committed rows not yet readable.
+func (r *Relay) probe(ctx context.Context, prev string) (found, waiting bool, xmin string, err error) {
 	held := r.heldPartitions()
 	if len(held) == 0 {
-		return false, prev, nil
+		return false, false, prev, nil
 	}
-	var xmin string
 	var parts []int32
-	if err := r.pool.QueryRow(ctx, r.sql.probe, held, prev).Scan(&xmin, &parts); err != nil {
-		return false, prev, err
+	if err := r.pool.QueryRow(ctx, r.sql.probe, held, prev).Scan(&xmin, &parts, &waiting); err != nil {
+		return false, false, prev, err
 	}
 	if len(parts) == 0 {
-		return false, xmin, nil
+		return false, waiting, xmin, nil
 	}
 	r.mu.Lock()
 	for _, p := range parts {
@@ -96,7 +103,7 @@ func (r *Relay) probe(ctx context.Context, prev string) (bool, string, error) {
 		}
 	}
 	r.mu.Unlock()
-	return true, xmin, nil
+	return true, waiting, xmin, nil
 }
 
 // listenLoop holds a connection LISTENing on the outbox channel, reconnecting
