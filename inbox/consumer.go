@@ -115,21 +115,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.retain(ctx) }()
 	}
-	lanes := 1
+	var feeds []feed
 	if c.cfg.Ordered {
-		lanes = c.cfg.Concurrency
-	}
-	chans := make([]chan *item, lanes)
-	for i := range chans {
-		chans[i] = make(chan *item, c.cfg.BatchSize*c.cfg.Concurrency/lanes+c.cfg.BatchSize)
+		for range c.cfg.Concurrency {
+			feeds = append(feeds, newLaneFeed())
+		}
+	} else {
+		feeds = []feed{make(chanFeed, c.cfg.BatchSize*(c.cfg.Concurrency+1))}
 	}
 	for i := range c.cfg.Concurrency {
 		wg.Add(1)
-		go func() { defer wg.Done(); c.work(ctx, chans[i%lanes]) }()
+		go func() { defer wg.Done(); c.work(ctx, feeds[i%len(feeds)]) }()
 	}
-	err := c.receive(ctx, chans)
-	for _, ch := range chans {
-		close(ch)
+	err := c.receive(ctx, feeds)
+	for _, f := range feeds {
+		f.close()
 	}
 	wg.Wait()
 	c.log.Info("inbox consumer stopped")
@@ -138,7 +138,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // receive reads the source and hands messages to the lanes until ctx ends
 // (nil) or the source is closed (ErrSourceClosed).
-func (c *Consumer) receive(ctx context.Context, lanes []chan *item) error {
+func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 	c.log.Info("inbox consumer started", "concurrency", c.cfg.Concurrency, "batch_size", c.cfg.BatchSize, "ordered", c.cfg.Ordered)
 	for ctx.Err() == nil {
 		ds, err := c.src.Receive(ctx, c.cfg.BatchSize)
@@ -158,11 +158,7 @@ func (c *Consumer) receive(ctx context.Context, lanes []chan *item) error {
 		}
 		for _, d := range ds {
 			it := c.decode(d)
-			select {
-			case lanes[laneOf(it, len(lanes))] <- it:
-			case <-ctx.Done():
-				return nil
-			}
+			feeds[laneOf(it, len(feeds))].put(it)
 		}
 	}
 	return nil
@@ -182,39 +178,30 @@ func laneOf(it *item, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// work processes batches from ch until it is closed.
-func (c *Consumer) work(ctx context.Context, ch chan *item) {
+// work processes batches from f until it is closed.
+func (c *Consumer) work(ctx context.Context, f feed) {
 	pctx := context.WithoutCancel(ctx) // finish what was started
-	batch := make([]*item, 0, c.cfg.BatchSize)
 	for {
-		it, ok := <-ch
+		batch, ok := f.next(c.cfg.BatchSize)
 		if !ok {
 			return
 		}
 		if ctx.Err() != nil {
 			// Stopping: hand what was received but not started back to
 			// the broker at once.
-			_ = it.d.Nak(pctx, 0)
-			continue
-		}
-		batch = append(batch[:0], it)
-	fill:
-		for len(batch) < c.cfg.BatchSize {
-			select {
-			case it, ok := <-ch:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, it)
-			default:
-				break fill
+			for _, it := range batch {
+				_ = it.d.Nak(pctx, 0)
 			}
+			continue
 		}
 		retry := c.process(pctx, batch)
 		// Ordered mode: retry in place so nothing behind overtakes.
 		for len(retry) > 0 {
 			if !c.waitRetry(ctx, retry) {
-				return // stopping: the broker redelivers them
+				for _, it := range retry {
+					_ = it.d.Nak(pctx, 0)
+				}
+				break // stopping: the rest is nakked as it is taken
 			}
 			retry = c.process(pctx, retry)
 		}

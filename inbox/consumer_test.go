@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -391,4 +392,66 @@ func TestConcurrentBatchesWithCopiesEffectOnce(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, 1, eff[id])
 	}
+}
+
+// A key retrying in place holds only its own lane: every message on the
+// other lanes is processed while it waits.
+func TestOrderedRetryHoldsOnlyItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const lanes = 4
+	laneOfKey := func(k string) uint32 {
+		h := fnv.New32a()
+		h.Write([]byte(k))
+		return h.Sum32() % lanes
+	}
+	stuck := "key-stuck"
+	var others []broker.Message
+	stuckMsg := b.msg(stuck, 1)
+	msgs := []broker.Message{stuckMsg}
+	for k := range 40 {
+		key := "key-" + itoa(k)
+		for seq := 1; seq <= 10; seq++ {
+			m := b.msg(key, seq)
+			msgs = append(msgs, m)
+			if laneOfKey(key) != laneOfKey(stuck) {
+				others = append(others, m)
+			}
+		}
+	}
+	require.NotEmpty(t, others)
+	b.publish(msgs...)
+	var othersDoneFirst atomic.Bool
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.ID == stuckMsg.ID {
+			if msg.Attempt < 4 {
+				return errors.New("not yet")
+			}
+			var n int
+			if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM effects WHERE key <> ALL($1)`, sameLaneKeys(laneOfKey, stuck)).Scan(&n); err != nil {
+				return err
+			}
+			othersDoneFirst.Store(n == len(others))
+		}
+		return insertEffect(ctx, tx, msg)
+	})
+	cfg := b.config("c")
+	cfg.Ordered = true
+	cfg.Concurrency = lanes
+	cfg.BatchSize = 4
+	cfg.Backoff = inbox.ExponentialBackoff(300*time.Millisecond, 300*time.Millisecond)
+	c := b.start(b.source("d", 30*time.Second), h, cfg)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == int64(len(msgs)) })
+	require.True(t, othersDoneFirst.Load(), "the other lanes finished while the stuck key waited")
+}
+
+// sameLaneKeys lists the test's keys that share the stuck key's lane.
+func sameLaneKeys(laneOf func(string) uint32, stuck string) []string {
+	keys := []string{stuck}
+	for k := range 40 {
+		if key := "key-" + itoa(k); laneOf(key) == laneOf(stuck) {
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }

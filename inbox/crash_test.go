@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -122,4 +125,48 @@ func TestCrashedConsumerEffectsOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The backend dies between the handler and COMMIT: the commit's outcome is
+// unknown to the consumer, so it neither acks nor naks; JetStream redelivers
+// after the ack wait (not after the short backoff a nak would ask for) and
+// the message is processed once.
+func TestCommitWithUnknownOutcomeIsNotSettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	var calls []time.Time
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		first := len(calls) == 1
+		mu.Unlock()
+		if err := insertEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		if first {
+			var pid int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return err
+			}
+			if _, err := b.db.Pool.Exec(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	cfg := b.config("c")
+	cfg.Backoff = inbox.ExponentialBackoff(10*time.Millisecond, 10*time.Millisecond)
+	const ackWait = 2 * time.Second
+	c := b.start(b.source("d", ackWait), h, cfg)
+	m := b.msg("", 1)
+	b.publish(m)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 })
+	require.Equal(t, inbox.Stats{Processed: 1}, c.Stats(), "neither a retry nor a duplicate: the first outcome was left open")
+	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
+	require.Equal(t, 2, b.count(`SELECT attempt FROM effects`))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 2)
+	require.GreaterOrEqual(t, calls[1].Sub(calls[0]), ackWait-200*time.Millisecond, "redelivered by the ack wait, not by a nak")
 }

@@ -84,11 +84,16 @@ func (c *Consumer) deadLetter(it *item, reason string) DeadLetter {
 }
 
 // definiteRollback reports whether a failed COMMIT certainly did not commit:
-// the server answered with an error (or pgx saw the transaction aborted).
-// Anything else, a broken connection above all, is an unknown outcome.
+// the server answered with an ERROR (a serialization failure, a deferred
+// constraint), or pgx saw the transaction already aborted. A broken
+// connection, and a FATAL or PANIC (the backend was terminated, possibly
+// after committing locally), are unknown outcomes.
 func definiteRollback(err error) bool {
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return true
+	}
 	var pgErr *pgconn.PgError
-	return errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr)
+	return errors.As(err, &pgErr) && pgErr.Severity == "ERROR"
 }
 
 // process runs one batch (often of one) in one transaction and settles every
