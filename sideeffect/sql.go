@@ -26,16 +26,22 @@ RETURNING id, idempotency_key`),
 
 		// claim moves due pending rows to fired in one statement: the commit
 		// of this statement is the "fired" commit that precedes the calls.
+		// The rows are found by their tuple ids: locked FOR UPDATE by the
+		// subquery, they stay the current versions until this statement
+		// updates them, and a TID scan saves a primary-key descent per row
+		// (about 10% of PostgreSQL's CPU per effect). A row that moved
+		// anyway is not updated, hence not returned, hence not called. The
+		// recovery statements below use the same form.
 		claim: r(`UPDATE {schema}.side_effects s
 SET state = 'fired', attempts = s.attempts + 1, lease_owner = $1,
 	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
 	fired_at = now(), updated_at = now()
-WHERE s.id IN (
-	SELECT id FROM {schema}.side_effects
+WHERE s.ctid = ANY(ARRAY(
+	SELECT ctid FROM {schema}.side_effects
 	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($3)
 	ORDER BY next_attempt_at
 	LIMIT $4
-	FOR UPDATE SKIP LOCKED)
+	FOR UPDATE SKIP LOCKED))
 RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
 
 		// refire takes over fired rows whose lease expired, for providers
@@ -44,12 +50,12 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 SET attempts = s.attempts + 1, lease_owner = $1,
 	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
 	fired_at = now(), updated_at = now()
-WHERE s.id IN (
-	SELECT id FROM {schema}.side_effects
+WHERE s.ctid = ANY(ARRAY(
+	SELECT ctid FROM {schema}.side_effects
 	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
 	ORDER BY next_attempt_at
 	LIMIT $4
-	FOR UPDATE SKIP LOCKED)
+	FOR UPDATE SKIP LOCKED))
 RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
 
 		// reconcile takes a lease on expired fired rows of providers that
@@ -57,12 +63,12 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 		reconcile: r(`UPDATE {schema}.side_effects s
 SET lease_owner = $1, next_attempt_at = now() + $2::interval,
 	lease_expires_at = now() + $2::interval, updated_at = now()
-WHERE s.id IN (
-	SELECT id FROM {schema}.side_effects
+WHERE s.ctid = ANY(ARRAY(
+	SELECT ctid FROM {schema}.side_effects
 	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
 	ORDER BY next_attempt_at
 	LIMIT $4
-	FOR UPDATE SKIP LOCKED)
+	FOR UPDATE SKIP LOCKED))
 RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
 
 		// markUnknown gives up on expired fired rows of providers that
@@ -70,11 +76,11 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 		markUnknown: r(`UPDATE {schema}.side_effects s
 SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
 	last_error = 'lease expired while fired: the dispatcher died mid-call and the provider neither honours keys nor offers a lookup'
-WHERE s.id IN (
-	SELECT id FROM {schema}.side_effects
+WHERE s.ctid = ANY(ARRAY(
+	SELECT ctid FROM {schema}.side_effects
 	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($1)
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED)
+	FOR UPDATE SKIP LOCKED))
 RETURNING s.kind`),
 
 		// complete applies a batch of outcomes, fenced by the lease owner and

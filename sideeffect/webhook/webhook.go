@@ -65,6 +65,7 @@ type Config struct {
 type Provider struct {
 	cfg    Config
 	key    []byte
+	signer *signer
 	client *http.Client
 }
 
@@ -106,6 +107,7 @@ func New(cfg *Config) (*Provider, error) {
 		if p.key, err = ParseSecret(c.Secret); err != nil {
 			return nil, fmt.Errorf("webhook: Config.Secret: %w", err)
 		}
+		p.signer = newSigner(p.key)
 	}
 	if p.client == nil {
 		p.client = NewClient(c.MaxConns)
@@ -147,27 +149,37 @@ func (e *StatusError) Error() string {
 // Call posts the payload, signed, with the effect's key. See the package
 // documentation for how answers are classified.
 func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
+	now := time.Now()
+	// A context of the caller's that ends sooner already bounds the call:
+	// no second timer.
+	if dl, ok := ctx.Deadline(); !ok || dl.After(now.Add(p.cfg.Timeout)) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.Timeout)
+		defer cancel()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(c.Payload))
 	if err != nil {
 		return "", sideeffect.Definite(fmt.Errorf("webhook: build request: %w", err))
 	}
-	now := time.Now()
-	h := make(http.Header, len(p.cfg.Header)+8)
+	ts := strconv.FormatInt(now.Unix(), 10)
+	// Canonical keys written directly (no per-call canonicalisation), the
+	// values sharing one backing array.
+	vals := [...]string{p.cfg.ContentType, c.Key, c.Key, ts, "", c.Kind, strconv.Itoa(c.Attempt)}
+	h := make(http.Header, len(p.cfg.Header)+len(vals))
 	for k, vs := range p.cfg.Header {
 		h[k] = vs
 	}
-	// Canonical keys written directly: no per-call canonicalisation.
-	h["Content-Type"] = []string{p.cfg.ContentType}
-	h["Idempotency-Key"] = []string{c.Key}
-	h[HeaderID] = []string{c.Key}
-	h[HeaderTimestamp] = []string{strconv.FormatInt(now.Unix(), 10)}
-	if p.key != nil {
-		h[HeaderSignature] = []string{Sign(p.key, c.Key, now, c.Payload)}
+	vs := vals[:]
+	h["Content-Type"] = vs[0:1:1]
+	h["Idempotency-Key"] = vs[1:2:2]
+	h[HeaderID] = vs[2:3:3]
+	h[HeaderTimestamp] = vs[3:4:4]
+	if p.signer != nil {
+		vs[4] = p.signer.sign(c.Key, ts, c.Payload)
+		h[HeaderSignature] = vs[4:5:5]
 	}
-	h["Oncekit-Effect-Kind"] = []string{c.Kind}
-	h["Oncekit-Attempt"] = []string{strconv.Itoa(c.Attempt)}
+	h[HeaderKind] = vs[5:6:6]
+	h[HeaderAttempt] = vs[6:7:7]
 	req.Header = h
 
 	resp, err := p.client.Do(req)
@@ -175,7 +187,9 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 		return "", fmt.Errorf("webhook: POST %s: %w", p.cfg.URL, err) // indefinite
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // keep the connection reusable
+		if resp.ContentLength != 0 { // an empty body needs no draining
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // keep the connection reusable
+		}
 		_ = resp.Body.Close()
 		ref := resp.Header.Get(p.cfg.RefHeader)
 		if strings.EqualFold(resp.Header.Get(p.cfg.DuplicateHeader), "true") {
