@@ -30,6 +30,7 @@ vet: ## go vet
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./idempotency/
 	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./idempotency/
+	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./sideeffect/webhook/
 
 clean: ## remove build output
 	rm -rf bin bench.txt
