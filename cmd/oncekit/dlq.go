@@ -47,6 +47,10 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		return usagef("missing subcommand: list, show, replay or purge")
 	}
 	sub := args[0]
+	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
+		fs.Usage()
+		return &exitError{code: 0}
+	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}

@@ -29,3 +29,11 @@ func TestDLQUsageErrors(t *testing.T) {
 		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
 	}
 }
+
+func TestDLQHelp(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	e := &env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	require.Equal(t, 0, run(context.Background(), e, []string{"dlq", "-h"}))
+	require.Contains(t, stderr.String(), "replay ID...")
+}
