@@ -18,13 +18,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/localnats"
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/outbox"
 )
@@ -49,11 +49,11 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("migrate (is PostgreSQL up?): %w", err)
 	}
 
-	nc, err := connectNATS(getenv("NATS_URL", nats.DefaultURL))
+	nc, stopNATS, err := localnats.Connect(getenv("NATS_URL", nats.DefaultURL))
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer stopNATS()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -133,29 +133,6 @@ func run(ctx context.Context) error {
 	}
 	fmt.Println("done: each event published exactly once, in order")
 	return nil
-}
-
-// connectNATS dials url, or starts an embedded JetStream server when nothing
-// answers there.
-func connectNATS(url string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
-	if err == nil {
-		return nc, nil
-	}
-	dir, err := os.MkdirTemp("", "oncekit-demo-nats-")
-	if err != nil {
-		return nil, err
-	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		return nil, err
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		return nil, fmt.Errorf("embedded nats-server did not start")
-	}
-	fmt.Printf("no NATS at %s: using an embedded server at %s\n", url, srv.ClientURL())
-	return nats.Connect(srv.ClientURL())
 }
 
 func getenv(name, def string) string {
