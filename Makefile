@@ -1,4 +1,6 @@
 # oncekit: the README's commands. `make help` lists them.
+SHELL     := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
@@ -11,6 +13,7 @@ help: ## list the targets
 test: ## run every test with the race detector (real PostgreSQL and NATS)
 	$(GO) vet ./...
 	$(GO) test -race -timeout 30m ./...
+	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
 
 test-short: ## the quick tests only
 	$(GO) test -short ./...
@@ -19,7 +22,8 @@ demo: ## the whole chain end to end on the local services (edge, outbox, relay, 
 	$(GO) run ./examples/chain
 
 bench: ## benchmarks against watermill and the raw limits (3 runs each)
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 60m ./... | tee ../bench.txt
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 60m . | tee ../bench.txt
+	cd bench && $(GO) run ./cmd/benchsum < ../bench.txt | tee ../bench-summary.txt
 
 build: ## build the oncekit binary into bin/
 	$(GO) build -o bin/oncekit ./cmd/oncekit
@@ -33,4 +37,4 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./sideeffect/webhook/
 
 clean: ## remove build output
-	rm -rf bin bench.txt
+	rm -rf bin bench.txt bench-summary.txt
