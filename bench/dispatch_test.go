@@ -155,10 +155,12 @@ func benchDispatch(b *testing.B, n, conc int, payload []byte, noHTTP bool) {
 	}
 }
 
-// bareHTTP posts n requests to srv from conc goroutines with a keep-alive
-// client and returns requests per second.
+// bareHTTP posts n requests to srv from conc goroutines through the same
+// keep-alive transport the webhook provider builds, called directly as the
+// provider does, and returns requests per second.
 func bareHTTP(b *testing.B, srv *dispatchProvider, n, conc int, payload []byte) float64 {
 	client := webhook.NewClient(conc)
+	rt := client.Transport
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -169,7 +171,7 @@ func bareHTTP(b *testing.B, srv *dispatchProvider, n, conc int, payload []byte) 
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(payload))
 				req.Header.Set("Idempotency-Key", strconv.FormatInt(i, 10))
-				resp, err := client.Do(req)
+				resp, err := rt.RoundTrip(req)
 				if err != nil {
 					b.Error(err)
 					return
