@@ -46,6 +46,18 @@ func BenchmarkDispatch(b *testing.B) {
 		}
 	})
 
+	// webhook-only: the signed webhook provider's calls alone (no ledger),
+	// same receiver and concurrency: the cost of the Standard Webhooks
+	// headers and signature over a bare call.
+	b.Run("webhook-only", func(b *testing.B) {
+		for range b.N {
+			srv := newDispatchProvider(b)
+			cpu0 := processCPU()
+			rate := webhookOnly(b, srv, n, conc, payload)
+			b.ReportMetric(rate, "effects/s")
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(n), "go-cpu-µs/effect")
+		}
+	})
 	b.Run("oncekit", func(b *testing.B) { benchDispatch(b, n, conc, payload, false) })
 	// ledger-only: the same dispatcher with an in-process provider that
 	// answers at once: the ceiling set by PostgreSQL (two durable row updates
@@ -155,10 +167,12 @@ func benchDispatch(b *testing.B, n, conc int, payload []byte, noHTTP bool) {
 	}
 }
 
-// bareHTTP posts n requests to srv from conc goroutines with a keep-alive
-// client and returns requests per second.
+// bareHTTP posts n requests to srv from conc goroutines through the same
+// keep-alive transport the webhook provider builds, called directly as the
+// provider does, and returns requests per second.
 func bareHTTP(b *testing.B, srv *dispatchProvider, n, conc int, payload []byte) float64 {
 	client := webhook.NewClient(conc)
+	rt := client.Transport
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -169,7 +183,7 @@ func bareHTTP(b *testing.B, srv *dispatchProvider, n, conc int, payload []byte) 
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(payload))
 				req.Header.Set("Idempotency-Key", strconv.FormatInt(i, 10))
-				resp, err := client.Do(req)
+				resp, err := rt.RoundTrip(req)
 				if err != nil {
 					b.Error(err)
 					return
@@ -185,6 +199,40 @@ func bareHTTP(b *testing.B, srv *dispatchProvider, n, conc int, payload []byte) 
 		b.Fatalf("provider saw %d effects, want %d", got, n)
 	}
 	client.CloseIdleConnections()
+	return rate
+}
+
+// webhookOnly calls the webhook provider n times from conc goroutines, each
+// call bounded as the dispatcher bounds it, and returns calls per second.
+func webhookOnly(b *testing.B, srv *dispatchProvider, n, conc int, payload []byte) float64 {
+	p, err := webhook.New(&webhook.Config{URL: srv.URL, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", MaxConns: conc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := p.Call(ctx, sideeffect.Call{ID: i, SourceID: strconv.FormatInt(i, 10), Kind: "order.paid",
+					Key: strconv.FormatInt(i, 10), Payload: payload, Attempt: 1})
+				cancel()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(start).Seconds()
+	if got := srv.effects.Load(); got != int64(n) {
+		b.Fatalf("provider saw %d effects, want %d", got, n)
+	}
 	return rate
 }
 

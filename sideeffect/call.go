@@ -53,15 +53,15 @@ func (d *Dispatcher) do(ctx context.Context, j job) outcome {
 	}
 	start := time.Now()
 	ref, err := j.caps.provider.Call(cctx, c)
-	d.m.callSeconds.WithLabelValues(c.Kind).Observe(time.Since(start).Seconds())
+	j.caps.m.callSeconds.Observe(time.Since(start).Seconds())
 	switch {
-	case err == nil || errors.Is(err, ErrDuplicate):
-		outcomeLabel := "ok"
-		if err != nil {
-			outcomeLabel = "duplicate"
-			d.m.duplicates.WithLabelValues(c.Kind).Inc()
-		}
-		d.m.calls.WithLabelValues(c.Kind, outcomeLabel).Inc()
+	case err == nil:
+		j.caps.m.callsOK.Inc()
+		o.state, o.ref = string(StateConfirmed), &ref
+		return o
+	case errors.Is(err, ErrDuplicate):
+		d.m.duplicates.WithLabelValues(c.Kind).Inc()
+		d.m.calls.WithLabelValues(c.Kind, "duplicate").Inc()
 		o.state, o.ref = string(StateConfirmed), &ref
 		return o
 	case IsDefinite(err):

@@ -61,6 +61,12 @@ func (d *Dispatcher) flush(ctx context.Context, batch []outcome) {
 		if state == string(StateFired) {
 			continue // waiting for a lookup: no transition
 		}
+		if caps := d.caps[kind]; caps != nil && state == string(StateConfirmed) {
+			caps.m.confirmed.Inc()
+			caps.m.toConfirmed.Observe(firedFor)
+			caps.m.attemptsOK.Observe(float64(attempt))
+			continue
+		}
 		d.m.transitions.WithLabelValues(kind, state).Inc()
 		switch State(state) {
 		case StateConfirmed:

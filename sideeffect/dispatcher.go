@@ -199,6 +199,7 @@ func NewDispatcher(db pgsql.DB, providers map[string]Provider, cfg *DispatcherCo
 			return nil, fmt.Errorf("sideeffect: NewDispatcher: nil provider for kind %q", kind)
 		}
 		cp := capabilitiesOf(p)
+		cp.m = m.forKind(kind)
 		d.caps[kind] = &cp
 		d.kinds = append(d.kinds, kind)
 		switch {
@@ -409,7 +410,7 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 	}
 	if !lookup {
 		for _, j := range claimed {
-			d.m.transitions.WithLabelValues(j.call.Kind, string(StateFired)).Inc()
+			j.caps.m.fired.Inc()
 		}
 		crashpoint.Hit("sideeffect.after-fired")
 	}

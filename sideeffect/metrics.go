@@ -62,3 +62,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.callSeconds = register(m.callSeconds).(*prometheus.HistogramVec)
 	return m, err
 }
+
+// kindMetrics holds one kind's collectors of the path every effect takes
+// (fired, called, confirmed), looked up once instead of per effect.
+type kindMetrics struct {
+	fired, confirmed prometheus.Counter
+	callsOK          prometheus.Counter
+	callSeconds      prometheus.Observer
+	toConfirmed      prometheus.Observer
+	attemptsOK       prometheus.Observer
+}
+
+func (m *metrics) forKind(kind string) *kindMetrics {
+	return &kindMetrics{
+		fired:       m.transitions.WithLabelValues(kind, string(StateFired)),
+		confirmed:   m.transitions.WithLabelValues(kind, string(StateConfirmed)),
+		callsOK:     m.calls.WithLabelValues(kind, "ok"),
+		callSeconds: m.callSeconds.WithLabelValues(kind),
+		toConfirmed: m.firedToConfirmed.WithLabelValues(kind),
+		attemptsOK:  m.attempts.WithLabelValues(kind, string(StateConfirmed)),
+	}
+}

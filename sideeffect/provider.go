@@ -136,7 +136,8 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 type capabilities struct {
 	provider    Provider
 	honoursKeys bool
-	looker      Looker // nil when none
+	looker      Looker       // nil when none
+	m           *kindMetrics // set by NewDispatcher
 }
 
 func capabilitiesOf(p Provider) capabilities {

@@ -67,6 +67,11 @@ type Provider struct {
 	key    []byte
 	signer *signer
 	client *http.Client
+	// rt sends the requests when the provider built its own client: that
+	// client follows no redirects and has no jar or timeout, so its
+	// transport alone does the same work, without Client.Do's per-request
+	// header copy kept for redirects.
+	rt http.RoundTripper
 }
 
 // New returns a Provider for the endpoint.
@@ -111,6 +116,7 @@ func New(cfg *Config) (*Provider, error) {
 	}
 	if p.client == nil {
 		p.client = NewClient(c.MaxConns)
+		p.rt = p.client.Transport
 	}
 	return p, nil
 }
@@ -182,7 +188,12 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 	h[HeaderAttempt] = vs[6:7:7]
 	req.Header = h
 
-	resp, err := p.client.Do(req)
+	var resp *http.Response
+	if p.rt != nil {
+		resp, err = p.rt.RoundTrip(req)
+	} else {
+		resp, err = p.client.Do(req)
+	}
 	if err != nil {
 		return "", fmt.Errorf("webhook: POST %s: %w", p.cfg.URL, err) // indefinite
 	}
