@@ -389,7 +389,7 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 	if err != nil {
 		return 0, fmt.Errorf("sideeffect: claim: %w", err)
 	}
-	var claimed []job
+	claimed := make([]job, 0, n) // sized once: a job is ~150 bytes, regrowing copied each about twice
 	for rows.Next() {
 		var j job
 		c := &j.call
