@@ -197,7 +197,7 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 		retry := c.process(pctx, batch)
 		// Ordered mode: retry in place so nothing behind overtakes.
 		for len(retry) > 0 {
-			if !c.waitRetry(ctx, retry) {
+			if !c.waitRetry(ctx, f, retry) {
 				for _, it := range retry {
 					_ = it.d.Nak(pctx, 0)
 				}
@@ -209,8 +209,9 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 }
 
 // waitRetry sleeps for the backoff of the first failed message, keeping the
-// broker from redelivering the waiting messages meanwhile.
-func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
+// broker from redelivering the waiting messages meanwhile: those to retry
+// and those queued behind them in f.
+func (c *Consumer) waitRetry(ctx context.Context, f feed, retry []*item) bool {
 	var delay time.Duration
 	for _, it := range retry {
 		if it.failed {
@@ -235,6 +236,9 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 			return true
 		case <-tick.C:
 			for _, it := range retry {
+				_ = it.d.InProgress(ctx)
+			}
+			for _, it := range f.queued() {
 				_ = it.d.InProgress(ctx)
 			}
 		}

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
 )
 
@@ -47,4 +49,34 @@ func TestOrderedUnknownCommitKeepsKeyOrder(t *testing.T) {
 	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 2}, seqs, "the key's messages took effect in order")
+}
+
+// Ordered mode: the messages queued behind a key retrying in place are kept
+// in progress with the broker, so its ack wait does not redeliver them (each
+// redelivery would queue another copy behind the first and spend one of the
+// source's MaxDeliver).
+func TestOrderedRetryKeepsQueuedMessagesInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stuck := b.msg("k", 0)
+	msgs := []broker.Message{stuck}
+	for seq := 1; seq <= 5; seq++ {
+		msgs = append(msgs, b.msg("k", seq))
+	}
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.ID == stuck.ID && msg.Attempt < 3 {
+			return errors.New("not yet")
+		}
+		return insertEffect(ctx, tx, msg)
+	})
+	const ackWait = time.Second
+	cfg := b.config("c")
+	cfg.Ordered = true
+	cfg.Concurrency = 2
+	cfg.Backoff = inbox.ExponentialBackoff(2*ackWait, 2*ackWait) // the key waits well past the ack wait
+	c := b.start(b.source("d", ackWait), h, cfg)
+	b.publish(msgs...)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == int64(len(msgs)) })
+	require.Zero(t, c.Stats().Duplicates, "no message was redelivered while it waited")
+	require.Zero(t, b.count(`SELECT count(*) FROM effects WHERE seq > 0 AND attempt <> 1`))
 }
