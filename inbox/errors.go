@@ -28,6 +28,7 @@ var ErrPanic = errors.New("inbox: handler panicked")
 // to dead_letters at once.
 type PermanentError struct{ Err error }
 
+// Error returns "permanent: " and the wrapped error's text.
 func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 
 // Unwrap returns the wrapped error.

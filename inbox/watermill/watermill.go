@@ -17,7 +17,9 @@ import (
 )
 
 // HandlerFunc processes a watermill message inside tx, the transaction that
-// holds its claim. It must not commit or roll back tx.
+// holds its claim. It must not commit or roll back tx. The messages it
+// returns are published after the commit at most once (see the package
+// documentation); events that must not be lost belong in the outbox, in tx.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx, msg *message.Message) ([]*message.Message, error)
 
 // NoPublishHandlerFunc is a HandlerFunc that produces no messages.
