@@ -270,11 +270,31 @@ func TestBatchWithOneFailingMessage(t *testing.T) {
 	failing := msgs[4].ID
 	var mu sync.Mutex
 	calls := map[uuid.UUID][]int{}
-	var committedBeforeRetry atomic.Int64
+	var committedBeforeRetry, sharedBatch atomic.Int64
+	var first sync.Once
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		mu.Lock()
 		calls[msg.ID] = append(calls[msg.ID], msg.Attempt)
 		mu.Unlock()
+		first.Do(func() {
+			// Hold the first batch until every message reached the
+			// consumer, so the failing one shares a batch with others.
+			cons, err := b.nats.JS.Consumer(ctx, b.stream, "d")
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				ci, err := cons.Info(ctx)
+				return err == nil && ci.NumAckPending == len(msgs)
+			}, 30*time.Second, 10*time.Millisecond)
+		})
+		if msg.ID != failing && msg.Attempt == 1 {
+			// Does this transaction hold the failing message's claim too?
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM processed_messages
+				WHERE xmin = xid(pg_current_xact_id()) AND message_id = $1`, failing).Scan(&n); err != nil {
+				return err
+			}
+			sharedBatch.Add(n)
+		}
 		if msg.ID == failing && msg.Attempt == 1 {
 			// A real SQL error: the transaction is aborted until the
 			// consumer rolls back to this message's savepoint.
@@ -312,6 +332,7 @@ func TestBatchWithOneFailingMessage(t *testing.T) {
 			require.Equal(t, []int{1}, calls[m.ID], "the others ran once")
 		}
 	}
+	require.Positive(t, sharedBatch.Load(), "the failing message ran in a batch with others")
 	require.EqualValues(t, 9, committedBeforeRetry.Load(), "the other nine committed before the retry ran alone")
 }
 
