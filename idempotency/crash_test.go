@@ -27,7 +27,10 @@ const (
 	helperEnv       = "ONCEKIT_EDGE_HELPER"
 	helperSchemaEnv = "ONCEKIT_EDGE_SCHEMA"
 	helperModeEnv   = "ONCEKIT_EDGE_MODE"
-	crashLease      = time.Second
+	// crashLease must outlast the time from the helper's claim to the
+	// test's first retry (process exit, checks, a new server) on a loaded
+	// machine, or that retry recovers instead of answering 409.
+	crashLease = 3 * time.Second
 )
 
 // TestHelperProcess is not a test: re-executed with ONCEKIT_EDGE_HELPER=1, it
