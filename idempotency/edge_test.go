@@ -151,7 +151,7 @@ func TestKeyReused(t *testing.T) {
 		release := h.withGate()
 		defer release()
 		done := make(chan response, 1)
-		go func() { done <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+		go func() { done <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 		<-h.inside
 		resp := h.post(t, "acme", "pay-1", `{"amount":999}`)
 		require.Equal(t, http.StatusUnprocessableEntity, resp.status)
@@ -324,7 +324,7 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	release := h.withGate()
 	defer release()
 	done := make(chan response, 1)
-	go func() { done <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+	go func() { done <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 	<-h.inside
 	claimedAt := time.Now()
 	for time.Since(claimedAt) < 4*lease { // several leases long
@@ -379,10 +379,10 @@ func TestWaitersExecuteAfterRelease(t *testing.T) {
 			release := h.withGate()
 			defer release()
 			first := make(chan response, 1)
-			go func() { first <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+			go func() { first <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 			<-h.inside
 			second := make(chan response, 1)
-			go func() { second <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+			go func() { second <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 			require.Eventually(t, func() bool { // the second is waiting for the first
 				if mode == idempotency.SameTx {
 					return count(t, h.db, `SELECT count(*) FROM pg_stat_activity

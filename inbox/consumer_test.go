@@ -279,12 +279,22 @@ func TestBatchWithOneFailingMessage(t *testing.T) {
 		first.Do(func() {
 			// Hold the first batch until every message reached the
 			// consumer, so the failing one shares a batch with others.
+			// (t.Errorf, not require: this is not the test's goroutine.)
 			cons, err := b.nats.JS.Consumer(ctx, b.stream, "d")
-			require.NoError(t, err)
-			require.Eventually(t, func() bool {
-				ci, err := cons.Info(ctx)
-				return err == nil && ci.NumAckPending == len(msgs)
-			}, 30*time.Second, 10*time.Millisecond)
+			if err != nil {
+				t.Errorf("consumer: %v", err)
+				return
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				if ci, err := cons.Info(ctx); err == nil && ci.NumAckPending == len(msgs) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("JetStream did not deliver all %d messages", len(msgs))
+					return
+				}
+				time.Sleep(10 * time.Millisecond) // polling, with a deadline
+			}
 		})
 		if msg.ID != failing && msg.Attempt == 1 {
 			// Does this transaction hold the failing message's claim too?
@@ -299,7 +309,10 @@ func TestBatchWithOneFailingMessage(t *testing.T) {
 			// A real SQL error: the transaction is aborted until the
 			// consumer rolls back to this message's savepoint.
 			_, err := tx.Exec(ctx, `INSERT INTO effects (message_id) VALUES (NULL)`)
-			require.Error(t, err)
+			if err == nil {
+				t.Errorf("inserting NULL succeeded")
+				return errors.New("expected an SQL error")
+			}
 			return err
 		}
 		if msg.ID == failing {
