@@ -256,9 +256,11 @@ type item struct {
 }
 
 func (c *Consumer) decode(d Delivery) *item {
-	raw := d.Header(broker.HeaderMsgID)
+	// The event's own ID first: a copy republished under a fresh
+	// Nats-Msg-Id (past the broker's dedup window) keeps it.
+	raw := d.Header(broker.HeaderEventID)
 	if raw == "" {
-		raw = d.Header(broker.HeaderEventID)
+		raw = d.Header(broker.HeaderMsgID)
 	}
 	it := &item{d: d, rawID: raw, attempt: max(d.Attempt(), 1)}
 	if raw == "" {
