@@ -69,11 +69,14 @@ func TestOrderedRetryKeepsQueuedMessagesInProgress(t *testing.T) {
 		}
 		return insertEffect(ctx, tx, msg)
 	})
-	const ackWait = time.Second
+	// The consumer signals progress every ackWait/3: a long ack wait leaves
+	// a late tick on a loaded machine plenty of slack.
+	const ackWait = 2 * time.Second
 	cfg := b.config("c")
 	cfg.Ordered = true
 	cfg.Concurrency = 2
-	cfg.Backoff = inbox.ExponentialBackoff(2*ackWait, 2*ackWait) // the key waits well past the ack wait
+	backoff := ackWait + ackWait/4 // each wait outlasts the ack wait
+	cfg.Backoff = inbox.ExponentialBackoff(backoff, backoff)
 	c := b.start(b.source("d", ackWait), h, cfg)
 	b.publish(msgs...)
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == int64(len(msgs)) })
