@@ -60,7 +60,10 @@ func NewConsumer(db pgsql.DB, src Source, h Handler, cfg *Config) (*Consumer, er
 
 // Stats are a consumer's counts since it was created.
 type Stats struct {
-	Processed, Duplicates, Retried, DeadLettered int64
+	Processed    int64 // handlers committed
+	Duplicates   int64 // acknowledged as duplicates of an existing claim
+	Retried      int64 // handler failures scheduled for another attempt
+	DeadLettered int64 // written to dead_letters
 }
 
 // Stats returns the consumer's counts so far.

@@ -97,7 +97,10 @@ func New(db pgsql.DB, cfg *Config) (*Inbox, error) {
 
 // Stats are an Inbox's counts since it was created.
 type Stats struct {
-	Processed, Duplicates, DeadLettered, Failed int64
+	Processed    int64 // handlers committed
+	Duplicates   int64 // acknowledged as duplicates of an existing claim
+	DeadLettered int64 // written to dead_letters
+	Failed       int64 // returned an error to watermill (redelivered)
 }
 
 // Stats returns the counts so far.
