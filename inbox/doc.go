@@ -46,6 +46,8 @@
 // Oncekit-Key header) in order while different keys run in parallel: keys are
 // hashed onto Concurrency lanes, and a failing message is retried in place
 // (with the same backoff) so that nothing behind it on its lane overtakes it.
+// So is a message whose commit outcome is unknown: its new attempt's claim
+// finds the commit (a duplicate) or processes it, before the key moves on.
 //
 // processed_messages is pruned in bounded batches (Config.Retention). At
 // start the Consumer refuses a retention shorter than the source's redelivery
