@@ -29,7 +29,7 @@ func TestCleanup(t *testing.T) {
 	release := h.withGate()
 	defer release()
 	done := make(chan response, 1)
-	go func() { done <- h.post(t, "acme", "running", `{"amount":3}`) }()
+	go func() { done <- postInBackground(t, h.srv.URL+"/payments", "acme", "running", `{"amount":3}`) }()
 	<-h.inside
 	_, err = h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' WHERE key = 'running'`)
 	require.NoError(t, err)

@@ -13,9 +13,9 @@ import (
 
 // Info describes the idempotent execution a handler runs in.
 type Info struct {
-	Tenant    string
-	Operation string
-	Key       string
+	Tenant    string // the scope the route's Tenant extractor returned
+	Operation string // the route's Operation
+	Key       string // the client's Idempotency-Key, parsed
 	// Token is the claim's fencing token: 1 for a first execution, higher
 	// after each recovery or reuse of an expired key.
 	Token int64

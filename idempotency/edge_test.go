@@ -151,7 +151,7 @@ func TestKeyReused(t *testing.T) {
 		release := h.withGate()
 		defer release()
 		done := make(chan response, 1)
-		go func() { done <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+		go func() { done <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 		<-h.inside
 		resp := h.post(t, "acme", "pay-1", `{"amount":999}`)
 		require.Equal(t, http.StatusUnprocessableEntity, resp.status)
@@ -317,14 +317,17 @@ func TestTenantsAreIndependent(t *testing.T) {
 // renewed), so a retry meanwhile answers 409 and never re-executes.
 func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate, Lease: 150 * time.Millisecond}, nil)
+	// A lease long enough that a renewal delayed on a loaded machine does
+	// not lapse it; the loop below still spans several leases.
+	const lease = 500 * time.Millisecond
+	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate, Lease: lease}, nil)
 	release := h.withGate()
 	defer release()
 	done := make(chan response, 1)
-	go func() { done <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+	go func() { done <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 	<-h.inside
 	claimedAt := time.Now()
-	for time.Since(claimedAt) < time.Second { // several leases long
+	for time.Since(claimedAt) < 4*lease { // several leases long
 		resp := h.post(t, "acme", "pay-1", `{"amount":100}`)
 		require.Equal(t, http.StatusConflict, resp.status, resp.body)
 	}
@@ -376,10 +379,10 @@ func TestWaitersExecuteAfterRelease(t *testing.T) {
 			release := h.withGate()
 			defer release()
 			first := make(chan response, 1)
-			go func() { first <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+			go func() { first <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 			<-h.inside
 			second := make(chan response, 1)
-			go func() { second <- h.post(t, "acme", "pay-1", `{"amount":100}`) }()
+			go func() { second <- postInBackground(t, h.srv.URL+"/payments", "acme", "pay-1", `{"amount":100}`) }()
 			require.Eventually(t, func() bool { // the second is waiting for the first
 				if mode == idempotency.SameTx {
 					return count(t, h.db, `SELECT count(*) FROM pg_stat_activity

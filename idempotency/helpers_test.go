@@ -189,6 +189,18 @@ func (h *harness) post(t testing.TB, tenant, key, body string) response {
 	return post(t, h.srv.URL+"/payments", tenant, key, body)
 }
 
+// postInBackground is post for a goroutine other than the test's: a
+// failure is reported with t.Errorf (require's FailNow must not be called
+// there) and answered as status -1.
+func postInBackground(t testing.TB, url, tenant, key, body string) response {
+	resp, err := tryPost(url, tenant, key, body)
+	if err != nil {
+		t.Errorf("POST %s: %v", url, err)
+		return response{status: -1, body: err.Error()}
+	}
+	return resp
+}
+
 func post(t testing.TB, url, tenant, key, body string) response {
 	t.Helper()
 	resp, err := tryPost(url, tenant, key, body)

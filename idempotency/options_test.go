@@ -100,7 +100,7 @@ func TestMetrics(t *testing.T) {
 	h.post(t, "acme", "k", `{"amount":2}`)
 	release := h.withGate()
 	done := make(chan response, 1)
-	go func() { done <- h.post(t, "acme", "slow", `{"amount":1}`) }()
+	go func() { done <- postInBackground(t, h.srv.URL+"/payments", "acme", "slow", `{"amount":1}`) }()
 	<-h.inside
 	h.post(t, "acme", "slow", `{"amount":1}`)
 	release()

@@ -120,9 +120,13 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 }
 
 // renewLease keeps the claim owned while the handler runs, renewing every
-// Lease/3. If the claim was taken over, the handler's context is cancelled
-// with ErrOwnershipLost. The returned func stops renewing.
+// Lease/3 until the returned func is called. It does not stop when ctx ends
+// (the client hung up): a handler may still be running, and letting its lease
+// lapse would let a retry recover the claim and execute alongside it. If the
+// claim was taken over, the handler's context is cancelled with
+// ErrOwnershipLost.
 func (rt *route) renewLease(ctx context.Context, cancel context.CancelCauseFunc, id recordID, token int64) func() {
+	ctx = context.WithoutCancel(ctx)
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -133,11 +137,9 @@ func (rt *route) renewLease(ctx context.Context, cancel context.CancelCauseFunc,
 			select {
 			case <-done:
 				return
-			case <-ctx.Done():
-				return
 			case <-t.C:
 			}
-			tag, err := rt.e.db.Exec(context.WithoutCancel(ctx), rt.e.sql.renew, id.tenant, id.operation, id.key, token,
+			tag, err := rt.e.db.Exec(ctx, rt.e.sql.renew, id.tenant, id.operation, id.key, token,
 				micros(rt.cfg.Lease))
 			if err != nil {
 				rt.e.log.Warn("idempotency: lease renewal failed", "operation", id.operation,

@@ -60,7 +60,10 @@ func NewConsumer(db pgsql.DB, src Source, h Handler, cfg *Config) (*Consumer, er
 
 // Stats are a consumer's counts since it was created.
 type Stats struct {
-	Processed, Duplicates, Retried, DeadLettered int64
+	Processed    int64 // handlers committed
+	Duplicates   int64 // acknowledged as duplicates of an existing claim
+	Retried      int64 // handler failures scheduled for another attempt
+	DeadLettered int64 // written to dead_letters
 }
 
 // Stats returns the consumer's counts so far.
@@ -197,7 +200,7 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 		retry := c.process(pctx, batch)
 		// Ordered mode: retry in place so nothing behind overtakes.
 		for len(retry) > 0 {
-			if !c.waitRetry(ctx, retry) {
+			if !c.waitRetry(ctx, f, retry) {
 				for _, it := range retry {
 					_ = it.d.Nak(pctx, 0)
 				}
@@ -209,8 +212,9 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 }
 
 // waitRetry sleeps for the backoff of the first failed message, keeping the
-// broker from redelivering the waiting messages meanwhile.
-func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
+// broker from redelivering the waiting messages meanwhile: those to retry
+// and those queued behind them in f.
+func (c *Consumer) waitRetry(ctx context.Context, f feed, retry []*item) bool {
 	var delay time.Duration
 	for _, it := range retry {
 		if it.failed {
@@ -237,6 +241,9 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 			for _, it := range retry {
 				_ = it.d.InProgress(ctx)
 			}
+			for _, it := range f.queued() {
+				_ = it.d.InProgress(ctx)
+			}
 		}
 	}
 }
@@ -252,9 +259,11 @@ type item struct {
 }
 
 func (c *Consumer) decode(d Delivery) *item {
-	raw := d.Header(broker.HeaderMsgID)
+	// The event's own ID first: a copy republished under a fresh
+	// Nats-Msg-Id (past the broker's dedup window) keeps it.
+	raw := d.Header(broker.HeaderEventID)
 	if raw == "" {
-		raw = d.Header(broker.HeaderEventID)
+		raw = d.Header(broker.HeaderMsgID)
 	}
 	it := &item{d: d, rawID: raw, attempt: max(d.Attempt(), 1)}
 	if raw == "" {

@@ -208,7 +208,23 @@ func TestDeadLetters(t *testing.T) {
 		t.Run(map[int]string{1: "single", 10: "batch"}[batch], func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			var first sync.Once
+			var sharedBatch atomic.Int64
 			h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+				if batch > 1 {
+					// Hold the first batch until every message reached the
+					// consumer, so the poison shares a batch with others.
+					first.Do(func() { waitDelivered(t, b, 5) })
+					if string(msg.Payload) == "poison" {
+						// Other messages' claims in this transaction?
+						var n int64
+						if err := tx.QueryRow(ctx, `SELECT count(*) FROM processed_messages
+							WHERE xmin = xid(pg_current_xact_id()) AND message_id <> $1`, msg.ID).Scan(&n); err != nil {
+							return err
+						}
+						sharedBatch.Add(n)
+					}
+				}
 				if err := insertEffect(ctx, tx, msg); err != nil {
 					return err
 				}
@@ -222,11 +238,12 @@ func TestDeadLetters(t *testing.T) {
 			})
 			cfg := b.config("c")
 			cfg.BatchSize = batch
+			cfg.Concurrency = 1 // one worker: the batches form behind the first
 			cfg.MaxAttempts = 3
 			poison := broker.Message{ID: uuid.New(), Subject: b.subject, Payload: []byte("poison"), Headers: map[string]string{"X-Tenant": "t1"}}
 			flaky := broker.Message{ID: uuid.New(), Subject: b.subject, Payload: []byte("flaky")}
 			good := b.msg("", 7)
-			b.publish(poison, flaky, good)
+			b.publish(good, poison, flaky)
 			rawPublish(t, b.nats.JS, b.subject, nil, []byte("no id"))
 			rawPublish(t, b.nats.JS, b.subject, map[string]string{broker.HeaderEventID: "not-a-uuid"}, []byte("bad id"))
 			c := b.start(b.source("d", 5*time.Second), h, cfg)
@@ -256,6 +273,9 @@ func TestDeadLetters(t *testing.T) {
 			// Dead-lettering leaves no claim and no effect.
 			require.Equal(t, 1, b.count(`SELECT count(*) FROM processed_messages`))
 			require.Equal(t, map[uuid.UUID]int{good.ID: 1}, b.effects())
+			if batch > 1 {
+				require.Positive(t, sharedBatch.Load(), "the poison was dead-lettered from a batch")
+			}
 		})
 	}
 }
@@ -270,16 +290,32 @@ func TestBatchWithOneFailingMessage(t *testing.T) {
 	failing := msgs[4].ID
 	var mu sync.Mutex
 	calls := map[uuid.UUID][]int{}
-	var committedBeforeRetry atomic.Int64
+	var committedBeforeRetry, sharedBatch atomic.Int64
+	var first sync.Once
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		mu.Lock()
 		calls[msg.ID] = append(calls[msg.ID], msg.Attempt)
 		mu.Unlock()
+		// Hold the first batch until every message reached the consumer,
+		// so the failing one shares a batch with others.
+		first.Do(func() { waitDelivered(t, b, len(msgs)) })
+		if msg.ID != failing && msg.Attempt == 1 {
+			// Does this transaction hold the failing message's claim too?
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM processed_messages
+				WHERE xmin = xid(pg_current_xact_id()) AND message_id = $1`, failing).Scan(&n); err != nil {
+				return err
+			}
+			sharedBatch.Add(n)
+		}
 		if msg.ID == failing && msg.Attempt == 1 {
 			// A real SQL error: the transaction is aborted until the
 			// consumer rolls back to this message's savepoint.
 			_, err := tx.Exec(ctx, `INSERT INTO effects (message_id) VALUES (NULL)`)
-			require.Error(t, err)
+			if err == nil {
+				t.Errorf("inserting NULL succeeded")
+				return errors.New("expected an SQL error")
+			}
 			return err
 		}
 		if msg.ID == failing {
@@ -312,6 +348,7 @@ func TestBatchWithOneFailingMessage(t *testing.T) {
 			require.Equal(t, []int{1}, calls[m.ID], "the others ran once")
 		}
 	}
+	require.Positive(t, sharedBatch.Load(), "the failing message ran in a batch with others")
 	require.EqualValues(t, 9, committedBeforeRetry.Load(), "the other nine committed before the retry ran alone")
 }
 
@@ -454,4 +491,26 @@ func sameLaneKeys(laneOf func(string) uint32, stuck string) []string {
 		}
 	}
 	return keys
+}
+
+// waitDelivered polls until JetStream has delivered n messages of durable "d"
+// (acked or not) to the consumer. It runs on a handler's goroutine, so it
+// reports with t.Errorf rather than require.
+func waitDelivered(t *testing.T, b *bundle, n int) {
+	ctx := context.Background()
+	cons, err := b.nats.JS.Consumer(ctx, b.stream, "d")
+	if err != nil {
+		t.Errorf("consumer: %v", err)
+		return
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if ci, err := cons.Info(ctx); err == nil && int(ci.Delivered.Consumer) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("JetStream did not deliver %d messages", n)
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling, with a deadline
+	}
 }

@@ -31,16 +31,16 @@ func (b *bundle) oncekit(bin string, args ...string) (string, error) {
 // the copy through. Within the window JetStream drops a copy with the same
 // Nats-Msg-Id: the replay says so and changes nothing.
 func (b *bundle) replay(bin, id string) string {
-	var out string
-	require.Eventually(b.t, func() bool {
-		var err error
-		out, err = b.oncekit(bin, "dlq", "replay", id)
-		if err != nil {
-			require.Contains(b.t, out, "dedup window", out)
+	b.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, err := b.oncekit(bin, "dlq", "replay", id)
+		if err == nil {
+			return out
 		}
-		return err == nil
-	}, 30*time.Second, 200*time.Millisecond)
-	return out
+		require.Contains(b.t, out, "dedup window", out)
+		require.False(b.t, time.Now().After(deadline), "replay still deduplicated: %s", out)
+		time.Sleep(200 * time.Millisecond) // polling, with a deadline
+	}
 }
 
 // A poison message becomes one dead letter; once the handler is fixed,

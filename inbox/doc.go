@@ -11,8 +11,9 @@
 //	COMMIT
 //	ack
 //
-// The dedup identity is the event's own ID (the Nats-Msg-Id header, or
-// Oncekit-Event-Id), never the broker's sequence number, so a republished copy
+// The dedup identity is the event's own ID (the Oncekit-Event-Id header, or
+// Nats-Msg-Id when it is absent), never the broker's sequence number nor a
+// fresh Nats-Msg-Id a republisher may give a copy, so a republished copy
 // of an event is absorbed exactly like a redelivery. A duplicate is
 // acknowledged at once and counted. A commit whose outcome is unknown (the
 // connection broke during COMMIT) is never acknowledged: the broker redelivers
@@ -45,6 +46,8 @@
 // Oncekit-Key header) in order while different keys run in parallel: keys are
 // hashed onto Concurrency lanes, and a failing message is retried in place
 // (with the same backoff) so that nothing behind it on its lane overtakes it.
+// So is a message whose commit outcome is unknown: its new attempt's claim
+// finds the commit (a duplicate) or processes it, before the key moves on.
 //
 // processed_messages is pruned in bounded batches (Config.Retention). At
 // start the Consumer refuses a retention shorter than the source's redelivery

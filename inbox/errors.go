@@ -26,8 +26,11 @@ var ErrPanic = errors.New("inbox: handler panicked")
 
 // PermanentError marks an error that retrying cannot fix: the message goes
 // to dead_letters at once.
-type PermanentError struct{ Err error }
+type PermanentError struct {
+	Err error // the cause
+}
 
+// Error returns "permanent: " and the wrapped error's text.
 func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 
 // Unwrap returns the wrapped error.

@@ -10,7 +10,7 @@ import (
 
 // Message is one delivered event, as a Handler sees it.
 type Message struct {
-	// ID is the event's identity (Nats-Msg-Id or Oncekit-Event-Id): the
+	// ID is the event's identity (Oncekit-Event-Id, else Nats-Msg-Id): the
 	// dedup key.
 	ID uuid.UUID
 	// Subject the message was published to.

@@ -333,7 +333,14 @@ func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*
 		case outSkip:
 			retry = append(retry, it)
 		case outUnknown:
-			// Never acked: redelivery plus the claim settle it.
+			// Never acked: a new attempt's claim settles it (a duplicate
+			// if the commit went through). Ordered mode makes that attempt
+			// in place, before the key's next messages; otherwise the
+			// broker redelivers after its ack wait.
+			if c.cfg.Ordered {
+				it.failed = true
+				retry = append(retry, it)
+			}
 		}
 	}
 	c.m.addProcessed(processed)

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
@@ -45,29 +44,33 @@ type ReplayOptions struct {
 // window) drops a replay of a message it stored recently: Replay then fails
 // with ErrReplayDeduped and changes nothing.
 func (s *Store) Replay(ctx context.Context, db pgsql.Beginner, pub broker.Publisher, id int64, opts ReplayOptions) (DeadLetter, error) {
-	var dl DeadLetter
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		if dl, err = scanDead(tx.QueryRow(ctx, s.markReplayed, id)); err != nil {
-			return err
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("inbox: replay dead letter %d: begin: %w", id, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
+	dl, err := scanDead(tx.QueryRow(ctx, s.markReplayed, id))
+	if err != nil {
+		return dl, err
+	}
+	msg, err := replayMessage(dl, opts)
+	if err != nil {
+		return dl, err
+	}
+	res := pub.Publish(ctx, []broker.Message{msg})
+	if len(res) != 1 || res[0].Err != nil {
+		if len(res) == 1 {
+			err = res[0].Err
 		}
-		msg, err := replayMessage(dl, opts)
-		if err != nil {
-			return err
-		}
-		res := pub.Publish(ctx, []broker.Message{msg})
-		if len(res) != 1 || res[0].Err != nil {
-			if len(res) == 1 {
-				err = res[0].Err
-			}
-			return fmt.Errorf("inbox: replay dead letter %d: publish: %w", id, err)
-		}
-		if res[0].Duplicate {
-			return fmt.Errorf("%w (dead letter %d, message %s)", ErrReplayDeduped, id, msg.ID)
-		}
-		return nil
-	})
-	return dl, err
+		return dl, fmt.Errorf("inbox: replay dead letter %d: publish: %w", id, err)
+	}
+	if res[0].Duplicate {
+		return dl, fmt.Errorf("%w (dead letter %d, message %s)", ErrReplayDeduped, id, msg.ID)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dl, fmt.Errorf("inbox: replay dead letter %d: commit: %w", id, err)
+	}
+	return dl, nil
 }
 
 // replayMessage rebuilds the broker message of a dead letter: original ID,

@@ -132,16 +132,16 @@ func (s *Store) unclaimAll(ctx context.Context, tx pgsql.Querier, consumer strin
 
 // DeadLetter is a row of dead_letters: a message a consumer gave up on.
 type DeadLetter struct {
-	ID         int64
-	Consumer   string
-	MessageID  string // as delivered; "" when the message had none
-	Subject    string
-	Payload    []byte
-	Headers    map[string][]string
-	Reason     string
-	Attempts   int
-	CreatedAt  time.Time
-	ReplayedAt *time.Time // set once replayed
+	ID         int64               // the row's identity, as `oncekit dlq` shows it
+	Consumer   string              // the consumer (Config.Name) that gave up
+	MessageID  string              // as delivered; "" when the message had none
+	Subject    string              // where the message was published
+	Payload    []byte              // the message body
+	Headers    map[string][]string // every header of the delivery
+	Reason     string              // why: the handler's error, or a Reason* constant
+	Attempts   int                 // delivery attempts made
+	CreatedAt  time.Time           // when it was dead-lettered
+	ReplayedAt *time.Time          // set once replayed
 }
 
 // InsertDeadLetter writes dl (ID, CreatedAt and ReplayedAt are ignored). It

@@ -51,6 +51,12 @@ type Source struct {
 	msgs     chan jetstream.Msg
 	done     chan struct{}
 	close    sync.Once
+
+	// ended is closed once JetStream ended the subscription for good (the
+	// consumer was deleted); endErr says why.
+	ended  chan struct{}
+	endErr error
+	end    sync.Once
 }
 
 var _ inbox.Source = (*Source)(nil)
@@ -106,7 +112,21 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: consumer %s on %s: %w", c.Durable, c.Stream, err)
 	}
-	return &Source{js: js, cons: cons, cfg: c, msgs: make(chan jetstream.Msg, c.Prefetch), done: make(chan struct{})}, nil
+	return &Source{js: js, cons: cons, cfg: c, msgs: make(chan jetstream.Msg, c.Prefetch), done: make(chan struct{}),
+		ended: make(chan struct{})}, nil
+}
+
+// consumeErr notes the errors after which JetStream stops the subscription
+// (the consumer was deleted, or the pull request was refused), so that
+// Receive reports them instead of waiting forever. Other errors (missed
+// heartbeats, leadership changes) are recovered by the client.
+func (s *Source) consumeErr(_ jetstream.ConsumeContext, err error) {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrBadRequest) {
+		s.end.Do(func() {
+			s.endErr = err
+			close(s.ended)
+		})
+	}
 }
 
 func (s *Source) consume() error {
@@ -116,12 +136,15 @@ func (s *Source) consume() error {
 			case s.msgs <- m:
 			case <-s.done:
 			}
-		}, jetstream.PullMaxMessages(s.cfg.Prefetch))
+		}, jetstream.PullMaxMessages(s.cfg.Prefetch), jetstream.ConsumeErrHandler(s.consumeErr))
 	})
 	return s.startErr
 }
 
-// Receive implements inbox.Source.
+// Receive implements inbox.Source. Once JetStream has ended the
+// subscription for good (the durable consumer was deleted), Receive returns
+// that error (jetstream.ErrConsumerDeleted) after the messages already
+// buffered; a new Source recreates the consumer.
 func (s *Source) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
 	if err := s.consume(); err != nil {
 		return nil, fmt.Errorf("natsjs: consume %s: %w", s.cfg.Durable, err)
@@ -133,6 +156,12 @@ func (s *Source) Receive(ctx context.Context, max int) ([]inbox.Delivery, error)
 		return nil, ctx.Err()
 	case <-s.done:
 		return nil, ErrSourceClosed
+	case <-s.ended:
+		select {
+		case first = <-s.msgs:
+		default:
+			return nil, fmt.Errorf("natsjs: consume %s: %w", s.cfg.Durable, s.endErr)
+		}
 	}
 	out := make([]inbox.Delivery, 0, max)
 	out = append(out, delivery{first})

@@ -30,6 +30,8 @@
 // redelivery finds the claim if the commit did land.
 //
 // Messages the handler returns are published by the router after the commit,
-// at least once; to publish atomically with the handler's writes, write them
-// to the outbox in tx instead.
+// at most once: if that publish fails (or the process dies before it), the
+// message is redelivered, found a duplicate, and its handler, which alone
+// could produce them, does not run again. To publish them with the handler's
+// writes, write them to the outbox in tx instead.
 package watermill

@@ -17,7 +17,9 @@ import (
 )
 
 // HandlerFunc processes a watermill message inside tx, the transaction that
-// holds its claim. It must not commit or roll back tx.
+// holds its claim. It must not commit or roll back tx. The messages it
+// returns are published after the commit at most once (see the package
+// documentation); events that must not be lost belong in the outbox, in tx.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx, msg *message.Message) ([]*message.Message, error)
 
 // NoPublishHandlerFunc is a HandlerFunc that produces no messages.
@@ -95,7 +97,10 @@ func New(db pgsql.DB, cfg *Config) (*Inbox, error) {
 
 // Stats are an Inbox's counts since it was created.
 type Stats struct {
-	Processed, Duplicates, DeadLettered, Failed int64
+	Processed    int64 // handlers committed
+	Duplicates   int64 // acknowledged as duplicates of an existing claim
+	DeadLettered int64 // written to dead_letters
+	Failed       int64 // returned an error to watermill (redelivered)
 }
 
 // Stats returns the counts so far.

@@ -58,9 +58,9 @@ func Name(t testing.TB) string {
 
 // DB is a PostgreSQL pool and the fresh schema oncekit's tables live in.
 type DB struct {
-	Pool   *pgxpool.Pool
-	Schema string
-	URL    string // DatabaseURL with search_path set to Schema
+	Pool   *pgxpool.Pool // search_path set to Schema
+	Schema string        // the test's own schema, dropped at its end
+	URL    string        // DatabaseURL with search_path set to Schema
 }
 
 // NewDB creates a fresh schema, applies every migration in it and returns a
@@ -97,10 +97,10 @@ func withSearchPath(url, schema string) string {
 
 // NATS is a connection to a real JetStream-enabled server.
 type NATS struct {
-	URL    string
-	Conn   *nats.Conn
-	JS     jetstream.JetStream
-	Server *server.Server // nil when NATS_URL points elsewhere
+	URL    string              // the server's client URL
+	Conn   *nats.Conn          // a connection, closed at the test's end
+	JS     jetstream.JetStream // JetStream on Conn
+	Server *server.Server      // nil when NATS_URL points elsewhere
 }
 
 // NewNATS connects to NATS_URL when set, else starts an in-process

@@ -1,0 +1,45 @@
+package natsjs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// When the durable consumer is deleted under a Source, JetStream ends the
+// pull subscription; Receive reports that instead of blocking forever.
+func TestSourceReportsDeletedConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := testenv.NewNATS(t)
+	name := testenv.Name(t)
+	_, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
+	require.NoError(t, err)
+	src, err := natsjs.NewSource(ctx, n.JS, &natsjs.SourceConfig{Stream: name, Durable: "d"})
+	require.NoError(t, err)
+	defer src.Close()
+	pub, err := natsjs.NewPublisher(n.Conn, nil)
+	require.NoError(t, err)
+	res := pub.Publish(ctx, []broker.Message{{ID: uuid.New(), Subject: name + ".a", Payload: []byte("x")}})
+	require.NoError(t, res[0].Err)
+
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ds, err := src.Receive(rctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, ds[0].Ack(ctx))
+
+	require.NoError(t, n.JS.DeleteConsumer(ctx, name, "d"))
+	_, err = src.Receive(rctx, 1)
+	require.ErrorIs(t, err, jetstream.ErrConsumerDeleted)
+	_, err = src.Receive(rctx, 1)
+	require.ErrorIs(t, err, jetstream.ErrConsumerDeleted, "and keeps reporting it")
+}
