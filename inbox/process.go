@@ -93,7 +93,16 @@ func definiteRollback(err error) bool {
 		return true
 	}
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Severity == "ERROR"
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	// SeverityUnlocalized is never translated (PostgreSQL ≥ 9.6); Severity
+	// is in the server's language.
+	sev := pgErr.SeverityUnlocalized
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "ERROR"
 }
 
 // process runs one batch (often of one) in one transaction and settles every
