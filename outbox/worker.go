@@ -291,7 +291,9 @@ func (r *Relay) fetch(ctx context.Context, w *worker) ([]outboxRow, error) {
 		out = append(out, outboxRow{})
 		row := &out[len(out)-1]
 		headers = headers[:0]
-		if err := rows.Scan(&row.seq, &row.msg.ID, &row.msg.Key, &row.msg.Subject, &row.msg.Payload, &headers, &row.created, &row.attempts); err != nil {
+		// The ID is scanned as its 16 bytes: through uuid.UUID's
+		// sql.Scanner pgx would format it as text and parse it back.
+		if err := rows.Scan(&row.seq, (*[16]byte)(&row.msg.ID), &row.msg.Key, &row.msg.Subject, &row.msg.Payload, &headers, &row.created, &row.attempts); err != nil {
 			return nil, fmt.Errorf("outbox: fetch: %w", err)
 		}
 		if len(headers) > 0 {
