@@ -44,15 +44,25 @@ func BenchmarkRelay(b *testing.B) {
 
 // relayDrain runs drain b.N times and reports msgs/s over the measured time.
 func relayDrain(b *testing.B, n int, drain func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration) {
-	var total time.Duration
+	var total, cpu, pgCPU time.Duration
 	for range b.N {
 		b.StopTimer()
 		w := newRelayWorld(b)
 		msgs := relayEvents(w.subject+".x", n)
 		b.StartTimer()
 		total += drain(b, w, msgs)
+		cpu += w.cpu
+		pgCPU += w.pgCPU
 	}
 	b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
+	// CPU of this process (relay or publisher, NATS client and the
+	// in-process nats-server) per message: unlike msgs/s it hardly moves
+	// when other work shares the machine.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "go-cpu-us/msg")
+	if pgCPU > 0 {
+		// CPU of the PostgreSQL backends serving the drain (fetch, mark).
+		b.ReportMetric(float64(pgCPU.Microseconds())/float64(n*b.N), "pg-cpu-us/msg")
+	}
 }
 
 func drainOncekit(deleteOnPublish bool) func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration {
@@ -102,7 +112,9 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, delete
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	b.StartTimer()
+	pg0, pgOK := w.relayBackendCPU()
 	start := time.Now()
+	cpu0 := relayProcessCPU()
 	go func() { done <- relay.Run(ctx) }()
 	if waitStream {
 		w.waitStream(b, len(msgs), 10*time.Minute)
@@ -119,7 +131,11 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, delete
 		time.Sleep(2 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	w.cpu = relayProcessCPU() - cpu0
 	b.StopTimer()
+	if pg1, ok := w.relayBackendCPU(); ok && pgOK {
+		w.pgCPU = pg1 - pg0
+	}
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
@@ -177,9 +193,11 @@ func drainWatermill(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 	done := make(chan error, 1)
 	b.StartTimer()
 	start := time.Now()
+	cpu0 := relayProcessCPU()
 	go func() { done <- fwd.Run(rctx) }()
 	w.waitStream(b, len(msgs), 30*time.Minute)
 	elapsed := time.Since(start)
+	w.cpu = relayProcessCPU() - cpu0
 	b.StopTimer()
 	cancel()
 	_ = fwd.Close()
@@ -202,6 +220,7 @@ func drainJetStream(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 	var failed atomic.Int64
 	b.StartTimer()
 	start := time.Now()
+	cpu0 := relayProcessCPU()
 	futures := make([]jetstream.PubAckFuture, len(out))
 	for i, m := range out {
 		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(msgs[i].ID.String()))
@@ -218,6 +237,7 @@ func drainJetStream(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 		}
 	}
 	elapsed := time.Since(start)
+	w.cpu = relayProcessCPU() - cpu0
 	if failed.Load() > 0 {
 		b.Fatalf("%d publishes failed", failed.Load())
 	}

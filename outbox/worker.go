@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/google/uuid"
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/crashpoint"
@@ -187,8 +186,9 @@ func (r *Relay) publishCtx(ctx context.Context, w *worker) (context.Context, con
 func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher, rows []outboxRow) (acked []int64, failed []failure, lagged []time.Time, down bool) {
 	msgs := make([]broker.Message, len(rows))
 	prev := make([]int, len(rows))
-	last := map[string]int{}
-	for i, row := range rows {
+	last := make(map[string]int, len(rows))
+	for i := range rows {
+		row := &rows[i]
 		msgs[i] = row.msg
 		prev[i] = -1
 		if k := row.msg.Key; k != "" {
@@ -203,6 +203,8 @@ func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher
 	cancel()
 	lost := !r.leaseValid(w)
 	skipped := make([]bool, len(rows))
+	acked = make([]int64, 0, len(rows))
+	lagged = make([]time.Time, 0, len(rows))
 	for i, res := range results {
 		switch {
 		case res.Err == nil:
@@ -283,21 +285,22 @@ func (r *Relay) fetch(ctx context.Context, w *worker) ([]outboxRow, error) {
 		return nil, fmt.Errorf("outbox: fetch: %w", err)
 	}
 	defer rows.Close()
-	out := make([]outboxRow, 0, 64)
+	out := make([]outboxRow, 0, r.cfg.BatchSize)
+	var headers []byte // reused: only decoded, never kept
 	for rows.Next() {
-		var row outboxRow
-		var id uuid.UUID
-		var headers []byte
-		if err := rows.Scan(&row.seq, &id, &row.msg.Key, &row.msg.Subject, &row.msg.Payload, &headers, &row.created, &row.attempts); err != nil {
+		out = append(out, outboxRow{})
+		row := &out[len(out)-1]
+		headers = headers[:0]
+		// The ID is scanned as its 16 bytes: through uuid.UUID's
+		// sql.Scanner pgx would format it as text and parse it back.
+		if err := rows.Scan(&row.seq, (*[16]byte)(&row.msg.ID), &row.msg.Key, &row.msg.Subject, &row.msg.Payload, &headers, &row.created, &row.attempts); err != nil {
 			return nil, fmt.Errorf("outbox: fetch: %w", err)
 		}
-		row.msg.ID = id
 		if len(headers) > 0 {
 			if err := json.Unmarshal(headers, &row.msg.Headers); err != nil {
 				return nil, fmt.Errorf("outbox: row %d: headers: %w", row.seq, err)
 			}
 		}
-		out = append(out, row)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: fetch: %w", err)

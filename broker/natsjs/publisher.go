@@ -49,18 +49,19 @@ func NewPublisher(nc *nats.Conn, cfg *PublisherConfig) (*Publisher, error) {
 
 // NATSMsg converts m to a NATS message with oncekit's headers set.
 func NATSMsg(m broker.Message) *nats.Msg {
-	out := nats.NewMsg(m.Subject)
-	out.Data = m.Payload
+	// The header map is sized once for everything it will hold, and the ID
+	// is formatted once for both headers that carry it.
+	h := make(nats.Header, len(m.Headers)+3)
 	for k, v := range m.Headers {
-		out.Header.Set(k, v)
+		h.Set(k, v)
 	}
 	id := m.ID.String()
-	out.Header.Set(broker.HeaderMsgID, id)
-	out.Header.Set(broker.HeaderEventID, id)
+	h[broker.HeaderMsgID] = []string{id}
+	h[broker.HeaderEventID] = []string{id}
 	if m.Key != "" {
-		out.Header.Set(broker.HeaderKey, m.Key)
+		h[broker.HeaderKey] = []string{m.Key}
 	}
-	return out
+	return &nats.Msg{Subject: m.Subject, Data: m.Payload, Header: h}
 }
 
 // ErrNotSent is the result of a message PublishChain did not send because
@@ -119,14 +120,17 @@ func (p *Publisher) PublishChain(ctx context.Context, msgs []broker.Message, pre
 	return results
 }
 
-// send publishes msgs[i] asynchronously, waiting for room in the window.
+// send publishes msgs[i] asynchronously, waiting for room in the window
+// until ctx's deadline. The Nats-Msg-Id header NATSMsg sets is the one
+// JetStream deduplicates on, so no WithMsgID option (and no second
+// formatting of the ID) is needed.
 func (p *Publisher) send(ctx context.Context, msgs []broker.Message, futures []jetstream.PubAckFuture, results []broker.Result, i int) {
 	stall := 30 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		stall = max(time.Until(dl), time.Millisecond)
 	}
-	m := msgs[i]
-	f, err := p.js.PublishMsgAsync(NATSMsg(m), jetstream.WithMsgID(m.ID.String()), jetstream.WithStallWait(stall))
+	m := &msgs[i]
+	f, err := p.js.PublishMsgAsync(NATSMsg(*m), jetstream.WithStallWait(stall))
 	if err != nil {
 		results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.ID, err)
 		return
