@@ -139,8 +139,12 @@ func (rt *route) renewLease(ctx context.Context, cancel context.CancelCauseFunc,
 				return
 			case <-t.C:
 			}
-			tag, err := rt.e.db.Exec(ctx, rt.e.sql.renew, id.tenant, id.operation, id.key, token,
+			// Bounded, so that a hung database cannot hold the request
+			// open past its lease: the next tick tries again.
+			rctx, rcancel := context.WithTimeout(ctx, rt.cfg.Lease/3)
+			tag, err := rt.e.db.Exec(rctx, rt.e.sql.renew, id.tenant, id.operation, id.key, token,
 				micros(rt.cfg.Lease))
+			rcancel()
 			if err != nil {
 				rt.e.log.Warn("idempotency: lease renewal failed", "operation", id.operation,
 					"key_hash", keyHash(id), "error", err)

@@ -143,6 +143,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // (nil) or the source is closed (ErrSourceClosed).
 func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 	c.log.Info("inbox consumer started", "concurrency", c.cfg.Concurrency, "batch_size", c.cfg.BatchSize, "ordered", c.cfg.Ordered)
+	failures, lastLog := 0, time.Time{} // consecutive receive failures, and when one was last logged
 	for ctx.Err() == nil {
 		ds, err := c.src.Receive(ctx, c.cfg.BatchSize)
 		if err != nil {
@@ -152,12 +153,21 @@ func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 			if errors.Is(err, ErrSourceClosed) {
 				return err
 			}
-			c.log.Warn("inbox receive failed", "err", err)
+			// A lasting failure is logged when it starts and then every 30 s,
+			// not at every retry.
+			if failures++; failures == 1 || time.Since(lastLog) >= 30*time.Second {
+				c.log.Warn("inbox receive failed", "err", err, "consecutive_failures", failures)
+				lastLog = time.Now()
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(250 * time.Millisecond):
 			}
 			continue
+		}
+		if failures > 0 {
+			c.log.Info("inbox receive recovered", "failures", failures)
+			failures = 0
 		}
 		for _, d := range ds {
 			it := c.decode(d)

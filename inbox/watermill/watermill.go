@@ -124,11 +124,12 @@ func (in *Inbox) NoPublishHandler(h NoPublishHandlerFunc) message.NoPublishHandl
 func (in *Inbox) Handler(h HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
-		log := in.log.With("message_id", msg.UUID, "subject", message.SubscribeTopicFromCtx(ctx))
+		log := in.log.With("watermill_uuid", msg.UUID, "subject", message.SubscribeTopicFromCtx(ctx))
 		id, err := in.cfg.MessageID(msg)
 		if err != nil {
 			return nil, in.deadLetter(ctx, log, msg, "", err.Error())
 		}
+		log = log.With("message_id", id)
 		tx, err := in.db.Begin(ctx)
 		if err != nil {
 			in.failed.Add(1)
@@ -144,7 +145,7 @@ func (in *Inbox) Handler(h HandlerFunc) message.HandlerFunc {
 		if !claimed {
 			rollback()
 			in.duplicates.Add(1)
-			log.Debug("inbox duplicate acknowledged", "message_id", id)
+			log.Debug("inbox duplicate acknowledged")
 			return nil, nil
 		}
 		out, herr := call(ctx, tx, msg, h)

@@ -11,6 +11,7 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -164,22 +165,29 @@ var (
 func OncekitBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "oncekit-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildPath = filepath.Join(dir, "oncekit")
 		root, err := moduleRoot()
 		if err != nil {
 			buildErr = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/oncekit")
+		// One directory per checkout, reused across runs, so that test runs
+		// leave nothing behind; each process builds to a temp name and renames
+		// it into place (atomic, and harmless to a binary another package's
+		// tests are running).
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), "oncekit-testbin-"+hex.EncodeToString(sum[:6]))
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+			return
+		}
+		tmp := filepath.Join(dir, fmt.Sprintf("build-%d", os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/oncekit")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/oncekit: %v\n%s", err, out)
+			return
 		}
+		buildPath = filepath.Join(dir, "oncekit")
+		buildErr = os.Rename(tmp, buildPath)
 	})
 	require.NoError(t, buildErr)
 	return buildPath
