@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,42 +53,11 @@ type relayWorld struct {
 	pgCPU   time.Duration // pool's PostgreSQL backends' CPU time during the last drain (0: not measured)
 }
 
-// relayProcessCPU is the user and system CPU time this process has used so far.
-func relayProcessCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // relayBackendCPU is the CPU time the PostgreSQL backends of w.pool have used
 // so far, from /proc; ok is false when PostgreSQL is not local.
 func (w *relayWorld) relayBackendCPU() (cpu time.Duration, ok bool) {
-	rows, err := w.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, w.app)
-	if err != nil {
-		return 0, false
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return 0, false
-	}
-	var ticks int64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return 0, false
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) < 13 {
-			return 0, false
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64) // utime
-		k, _ := strconv.ParseInt(f[12], 10, 64) // stime
-		ticks += u + k
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond, true // USER_HZ = 100
+	return backendCPU(context.Background(), w.pool, w.app)
 }
 
 func newRelayWorld(b *testing.B) *relayWorld {

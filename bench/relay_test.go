@@ -114,7 +114,7 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, delete
 	b.StartTimer()
 	pg0, pgOK := w.relayBackendCPU()
 	start := time.Now()
-	cpu0 := relayProcessCPU()
+	cpu0 := processCPU()
 	go func() { done <- relay.Run(ctx) }()
 	if waitStream {
 		w.waitStream(b, len(msgs), 10*time.Minute)
@@ -131,7 +131,7 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, delete
 		time.Sleep(2 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	w.cpu = relayProcessCPU() - cpu0
+	w.cpu = processCPU() - cpu0
 	b.StopTimer()
 	if pg1, ok := w.relayBackendCPU(); ok && pgOK {
 		w.pgCPU = pg1 - pg0
@@ -193,11 +193,11 @@ func drainWatermill(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 	done := make(chan error, 1)
 	b.StartTimer()
 	start := time.Now()
-	cpu0 := relayProcessCPU()
+	cpu0 := processCPU()
 	go func() { done <- fwd.Run(rctx) }()
 	w.waitStream(b, len(msgs), 30*time.Minute)
 	elapsed := time.Since(start)
-	w.cpu = relayProcessCPU() - cpu0
+	w.cpu = processCPU() - cpu0
 	b.StopTimer()
 	cancel()
 	_ = fwd.Close()
@@ -220,7 +220,7 @@ func drainJetStream(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 	var failed atomic.Int64
 	b.StartTimer()
 	start := time.Now()
-	cpu0 := relayProcessCPU()
+	cpu0 := processCPU()
 	futures := make([]jetstream.PubAckFuture, len(out))
 	for i, m := range out {
 		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(msgs[i].ID.String()))
@@ -237,7 +237,7 @@ func drainJetStream(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 		}
 	}
 	elapsed := time.Since(start)
-	w.cpu = relayProcessCPU() - cpu0
+	w.cpu = processCPU() - cpu0
 	if failed.Load() > 0 {
 		b.Fatalf("%d publishes failed", failed.Load())
 	}

@@ -113,19 +113,7 @@ func TestEveryKindOfDriftIsFound(t *testing.T) {
 
 func gauge(t *testing.T, reg *prometheus.Registry, name, check string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if mf.GetName() == name && l.GetName() == "check" && l.GetValue() == check {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{check=%q} not found", name, check)
-	return 0
+	return testenv.Metric(t, reg, name, "check", check)
 }
 
 func TestBrokenRuleIsAnError(t *testing.T) {

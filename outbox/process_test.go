@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -27,26 +26,9 @@ import (
 // relayProc is a real `oncekit relay` process.
 type relayProc struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testenv.SyncBuffer
 	exited chan struct{}
 	err    error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startRelayProc starts `oncekit relay` on b's schema; extraEnv is added to
@@ -59,7 +41,7 @@ func startRelayProc(t *testing.T, b *bundle, natsURL string, extraEnv []string, 
 		"--lease-ttl", "2s", "--poll-interval", "100ms", "--publish-timeout", "2s", "--log-level", "debug"}
 	cmd := exec.Command(bin, append(base, args...)...)
 	cmd.Env = append(os.Environ(), extraEnv...)
-	p := &relayProc{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	p := &relayProc{cmd: cmd, out: &testenv.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	require.NoError(t, cmd.Start())
 	go func() { p.err = cmd.Wait(); close(p.exited) }()

@@ -1,7 +1,6 @@
 package sideeffect_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -26,26 +24,9 @@ import (
 // daemon is a real `oncekit dispatch` process.
 type daemon struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testenv.SyncBuffer
 	listen string
 	done   chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func freeAddr(t testing.TB) string {
@@ -60,7 +41,7 @@ func freeAddr(t testing.TB) string {
 // startDaemon runs `oncekit dispatch` with fast test timings plus args.
 func startDaemon(t testing.TB, b *bundle, env []string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{out: &syncBuffer{}, listen: freeAddr(t), done: make(chan error, 1)}
+	d := &daemon{out: &testenv.SyncBuffer{}, listen: freeAddr(t), done: make(chan error, 1)}
 	all := append([]string{"dispatch", "--schema", b.db.Schema, "--listen", d.listen,
 		"--poll", "20ms", "--recover-interval", "100ms", "--min-backoff", "10ms", "--max-backoff", "50ms",
 		"--lease", "3s", "--concurrency", "4"}, args...)
