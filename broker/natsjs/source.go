@@ -36,7 +36,23 @@ type SourceConfig struct {
 	// Prefetch is how many messages the client buffers ahead of the
 	// consumer. Defaults to 512.
 	Prefetch int
+	// DeliverPolicy is where a newly created durable starts. It applies only
+	// when NewSource creates the durable; JetStream refuses to change it on an
+	// existing one. Defaults to jetstream.DeliverAllPolicy (the whole stream).
+	DeliverPolicy jetstream.DeliverPolicy
+	// MustExist makes NewSource fail with ErrDurableNotFound instead of
+	// creating a missing durable. A durable lost after deployment (deleted by
+	// hand, or the stream recreated) would otherwise be created anew and
+	// deliver the stream again from DeliverPolicy, and messages whose claims
+	// are past the consumer's Retention would be processed again. Production
+	// processes should set it, and create the durable once at deployment.
+	// Defaults to false.
+	MustExist bool
 }
+
+// ErrDurableNotFound is returned by NewSource with MustExist when the durable
+// does not exist.
+var ErrDurableNotFound = errors.New("natsjs: durable consumer not found")
 
 // Source is an inbox.Source over a JetStream durable pull consumer with
 // explicit acks. It is safe for concurrent use; Close stops it.
@@ -99,7 +115,7 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 		AckWait:       c.AckWait,
 		MaxDeliver:    c.MaxDeliver,
 		MaxAckPending: c.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		DeliverPolicy: c.DeliverPolicy,
 	}
 	// One subject goes in FilterSubject, which servers before 2.10 (without
 	// FilterSubjects) understand too.
@@ -107,6 +123,19 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 		cc.FilterSubject = c.FilterSubjects[0]
 	} else {
 		cc.FilterSubjects = c.FilterSubjects
+	}
+	if c.MustExist {
+		existing, err := js.Consumer(ctx, c.Stream, c.Durable)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("%w: %s on %s", ErrDurableNotFound, c.Durable, c.Stream)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("natsjs: consumer %s on %s: %w", c.Durable, c.Stream, err)
+		}
+		// An existing durable keeps its start position: the server refuses
+		// to change it.
+		was := existing.CachedInfo().Config
+		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = was.DeliverPolicy, was.OptStartSeq, was.OptStartTime
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, cc)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -64,4 +65,40 @@ func TestNewSourceValidates(t *testing.T) {
 	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
 	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s"})
 	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+}
+
+func TestSourceMustExistAndDeliverPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := testenv.NewNATS(t)
+	name := testenv.Name(t)
+	_, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
+	require.NoError(t, err)
+	pub, err := natsjs.NewPublisher(n.Conn, nil)
+	require.NoError(t, err)
+	old := uuid.New()
+	require.NoError(t, pub.Publish(ctx, []broker.Message{{ID: old, Subject: name + ".a"}})[0].Err)
+
+	// A missing durable is refused, not created from the start of the stream.
+	_, err = natsjs.NewSource(ctx, n.JS, &natsjs.SourceConfig{Stream: name, Durable: "d", MustExist: true})
+	require.ErrorIs(t, err, natsjs.ErrDurableNotFound)
+	_, err = n.JS.Consumer(ctx, name, "d")
+	require.Error(t, err, "nothing was created")
+
+	// Created once at deployment, starting with new messages only.
+	first, err := natsjs.NewSource(ctx, n.JS, &natsjs.SourceConfig{Stream: name, Durable: "d", DeliverPolicy: jetstream.DeliverNewPolicy})
+	require.NoError(t, err)
+	first.Close()
+	src, err := natsjs.NewSource(ctx, n.JS, &natsjs.SourceConfig{Stream: name, Durable: "d", MustExist: true})
+	require.NoError(t, err, "an existing durable keeps its start position")
+	defer src.Close()
+	fresh := uuid.New()
+	require.NoError(t, pub.Publish(ctx, []broker.Message{{ID: fresh, Subject: name + ".a"}})[0].Err)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ds, err := src.Receive(rctx, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, fresh.String(), ds[0].Header(broker.HeaderMsgID), "the message older than the durable is not delivered")
+	require.NoError(t, ds[0].Ack(ctx))
 }
