@@ -114,35 +114,48 @@ func Up(ctx context.Context, db pgsql.Beginner, opts ...Option) ([]Migration, er
 	if err != nil {
 		return nil, err
 	}
-	var applied []Migration
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
-			return fmt.Errorf("migrations: lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, pgsql.Render(bootstrapSQL, schema)); err != nil {
-			return fmt.Errorf("migrations: bootstrap: %w", err)
-		}
-		done, err := appliedVersions(ctx, tx, schema)
-		if err != nil {
-			return err
-		}
-		for _, m := range All() {
-			if _, ok := done[m.Version]; ok {
-				continue
-			}
-			if _, err := tx.Exec(ctx, pgsql.Render(m.SQL, schema)); err != nil {
-				return fmt.Errorf("migrations: apply %03d_%s: %w", m.Version, m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, pgsql.Render("INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)", schema),
-				m.Version, m.Name); err != nil {
-				return fmt.Errorf("migrations: record %03d: %w", m.Version, err)
-			}
-			applied = append(applied, m)
-		}
-		return nil
-	})
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: begin: %w", err)
+	}
+	// A no-op after Commit; after a failure it ends the transaction even when
+	// ctx is done.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	applied, err := apply(ctx, tx, schema)
 	if err != nil {
 		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("migrations: commit: %w", err)
+	}
+	return applied, nil
+}
+
+// apply takes the lock and applies the pending migrations in tx.
+func apply(ctx context.Context, tx pgx.Tx, schema string) ([]Migration, error) {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
+		return nil, fmt.Errorf("migrations: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, pgsql.Render(bootstrapSQL, schema)); err != nil {
+		return nil, fmt.Errorf("migrations: bootstrap: %w", err)
+	}
+	done, err := appliedVersions(ctx, tx, schema)
+	if err != nil {
+		return nil, err
+	}
+	var applied []Migration
+	for _, m := range All() {
+		if _, ok := done[m.Version]; ok {
+			continue
+		}
+		if _, err := tx.Exec(ctx, pgsql.Render(m.SQL, schema)); err != nil {
+			return nil, fmt.Errorf("migrations: apply %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, pgsql.Render("INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)", schema),
+			m.Version, m.Name); err != nil {
+			return nil, fmt.Errorf("migrations: record %03d: %w", m.Version, err)
+		}
+		applied = append(applied, m)
 	}
 	return applied, nil
 }
