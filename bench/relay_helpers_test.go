@@ -53,7 +53,6 @@ type relayWorld struct {
 	pgCPU   time.Duration // pool's PostgreSQL backends' CPU time during the last drain (0: not measured)
 }
 
-
 // relayBackendCPU is the CPU time the PostgreSQL backends of w.pool have used
 // so far, from /proc; ok is false when PostgreSQL is not local.
 func (w *relayWorld) relayBackendCPU() (cpu time.Duration, ok bool) {
