@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
@@ -140,16 +139,8 @@ func TestThreeRelayProcessesKeepEachKeyInOrder(t *testing.T) {
 
 func TestRelayProcessKilledAfterPublishBeforeMark(t *testing.T) {
 	t.Parallel()
-	b := &bundle{db: testenv.NewDB(t), name: testenv.Name(t)}
-	b.subject = b.name + ".ev"
-	b.ob = newOutbox(t, b.db, outbox.Config{})
-	dir := t.TempDir()
-	srv := testenv.StartServer(t, dir, -1)
-	url := srv.ClientURL()
-	js := connectJS(t, url)
-	var err error
-	b.stream, err = natsjs.EnsureStream(context.Background(), js, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
-	require.NoError(t, err)
+	b, srv := withRestartableBroker(t)
+	url := srv.url
 
 	var want []broker.Message
 	for i := range 300 {
@@ -171,12 +162,8 @@ func TestRelayProcessKilledAfterPublishBeforeMark(t *testing.T) {
 
 	// The broker restarts too (same store, same port); its dedup state
 	// survives, so the re-published batch is absorbed.
-	srv.Shutdown()
-	srv.WaitForShutdown()
-	srv = testenv.StartServer(t, dir, srvPort(t, url))
-	js = connectJS(t, srv.ClientURL())
-	b.stream, err = js.Stream(context.Background(), b.name)
-	require.NoError(t, err)
+	srv.stop()
+	srv.start()
 	require.Equal(t, published, streamCount(t, b.stream))
 
 	startRelayProc(t, b, url, nil)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -193,4 +194,45 @@ func requireExactlyOnceInOrder(t *testing.T, got []streamMsg, want []broker.Mess
 func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	return testenv.Metric(t, reg, name, labels...)
+}
+
+// restartable is an in-process NATS server that a test stops and starts
+// again on the same store and port, with the bundle's stream on it.
+type restartable struct {
+	t   *testing.T
+	b   *bundle
+	dir string
+	url string
+	srv *server.Server
+}
+
+// withRestartableBroker sets up a bundle whose stream lives on a
+// restartable in-process server.
+func withRestartableBroker(t *testing.T) (*bundle, *restartable) {
+	t.Helper()
+	b := &bundle{db: testenv.NewDB(t), name: testenv.Name(t)}
+	b.subject = b.name + ".ev"
+	b.ob = newOutbox(t, b.db, outbox.Config{})
+	r := &restartable{t: t, b: b, dir: t.TempDir()}
+	r.srv = testenv.StartServer(t, r.dir, -1)
+	r.url = r.srv.ClientURL()
+	var err error
+	b.stream, err = natsjs.EnsureStream(context.Background(), connectJS(t, r.url), natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
+	require.NoError(t, err)
+	return b, r
+}
+
+// stop shuts the server down.
+func (r *restartable) stop() {
+	r.srv.Shutdown()
+	r.srv.WaitForShutdown()
+}
+
+// start starts it again on the same store and port and reopens the stream.
+func (r *restartable) start() {
+	r.t.Helper()
+	r.srv = testenv.StartServer(r.t, r.dir, srvPort(r.t, r.url))
+	var err error
+	r.b.stream, err = connectJS(r.t, r.srv.ClientURL()).Stream(context.Background(), r.b.name)
+	require.NoError(r.t, err)
 }

@@ -152,18 +152,9 @@ func testFailingMessage(t *testing.T, wrap func(*natsjs.Publisher) broker.Publis
 
 func TestRelayBrokerOutageBacksOffAndLosesNothing(t *testing.T) {
 	t.Parallel()
-	b := &bundle{db: testenv.NewDB(t), name: testenv.Name(t)}
-	b.subject = b.name + ".ev"
-	b.ob = newOutbox(t, b.db, outbox.Config{})
-	dir := t.TempDir()
-	srv := testenv.StartServer(t, dir, -1)
-	url := srv.ClientURL()
-	nc := connectJS(t, url)
-	var err error
-	b.stream, err = natsjs.EnsureStream(context.Background(), nc, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
-	require.NoError(t, err)
+	b, srv := withRestartableBroker(t)
 
-	pub, _ := publisher(t, url)
+	pub, _ := publisher(t, srv.url)
 	_, reg := b.startRelay(t, pub, outbox.RelayConfig{PublishTimeout: 500 * time.Millisecond, BrokerBackoffMax: 300 * time.Millisecond, MaxAttempts: 2})
 	var want []broker.Message
 	for i := range 20 {
@@ -172,8 +163,7 @@ func TestRelayBrokerOutageBacksOffAndLosesNothing(t *testing.T) {
 	enqueue(t, b.db, b.ob, want[:10]...)
 	waitCount(t, b.stream, 10, 20*time.Second)
 
-	srv.Shutdown()
-	srv.WaitForShutdown()
+	srv.stop()
 	enqueue(t, b.db, b.ob, want[10:]...)
 	// The broker stays away for several seconds; the relay keeps backing off.
 	down := time.Now()
@@ -181,10 +171,7 @@ func TestRelayBrokerOutageBacksOffAndLosesNothing(t *testing.T) {
 		return time.Since(down) > 3*time.Second && metricValue(t, reg, "oncekit_outbox_publish_failures_total", "kind", "broker") >= 3
 	}, 30*time.Second, 50*time.Millisecond)
 
-	srv = testenv.StartServer(t, dir, srvPort(t, url))
-	nc = connectJS(t, srv.ClientURL())
-	b.stream, err = nc.Stream(context.Background(), b.name)
-	require.NoError(t, err)
+	srv.start()
 	waitCount(t, b.stream, 20, 30*time.Second)
 	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)
 	var parked int
