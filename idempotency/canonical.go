@@ -28,7 +28,16 @@ const maxDepth = 512
 // canonicalize to the same bytes, and CanonicalJSON(CanonicalJSON(x)) ==
 // CanonicalJSON(x).
 func CanonicalJSON(data []byte) ([]byte, error) {
-	p := &jcsParser{in: data}
+	return canonicalize(data, false)
+}
+
+// canonicalize is CanonicalJSON; with exact, it also refuses a number whose
+// literal carries more precision than an IEEE 754 double keeps (the integer
+// 9007199254740993, or 0.10000000000000000001), which RFC 8785 would equate
+// with its neighbour: where the canonical form decides that two requests are
+// the same, two different numbers must never canonicalize alike.
+func canonicalize(data []byte, exact bool) ([]byte, error) {
+	p := &jcsParser{in: data, exact: exact}
 	p.skipSpace()
 	out, err := p.value(make([]byte, 0, len(data)), 0)
 	if err != nil {
@@ -42,8 +51,9 @@ func CanonicalJSON(data []byte) ([]byte, error) {
 }
 
 type jcsParser struct {
-	in  []byte
-	pos int
+	in    []byte
+	pos   int
+	exact bool // refuse numbers a double does not hold exactly
 }
 
 func (p *jcsParser) errorf(format string, args ...any) error {
@@ -308,7 +318,37 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 	if err != nil || math.IsInf(f, 0) {
 		return nil, p.errorf("number out of range")
 	}
+	if p.exact && !isShortest(string(p.in[start:p.pos]), f) {
+		return nil, p.errorf("number %s is not exact in double precision", p.in[start:p.pos])
+	}
 	return appendES6Number(out, f), nil
+}
+
+// isShortest reports whether the number literal lit (valid JSON) has the same
+// significant digits and magnitude as the shortest decimal that round-trips
+// its double f: then no other number with a different value maps to f.
+func isShortest(lit string, f float64) bool {
+	d1, e1 := decimalDigits(lit)
+	if f == 0 {
+		return d1 == "" // 0, -0, 0.0e5 are zero; 1e-400 merely underflows
+	}
+	d2, e2 := decimalDigits(strconv.FormatFloat(f, 'e', -1, 64))
+	return d1 == d2 && e1 == e2
+}
+
+// decimalDigits returns the significant digits of a decimal literal (no sign,
+// no leading or trailing zeros) and the power of ten of its first digit.
+func decimalDigits(lit string) (digits string, exp int) {
+	lit = strings.TrimPrefix(lit, "-")
+	mant, e, _ := strings.Cut(strings.ToLower(lit), "e")
+	if e != "" {
+		exp, _ = strconv.Atoi(e) // only compared when the digits are not all zero
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	all := intPart + frac
+	lead := len(all) - len(strings.TrimLeft(all, "0"))
+	all = strings.TrimRight(all[lead:], "0")
+	return all, exp + len(intPart) - 1 - lead
 }
 
 // appendES6Number formats f as ECMAScript's Number.prototype.toString does

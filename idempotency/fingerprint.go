@@ -13,7 +13,9 @@ import (
 // canonical form, so member order, whitespace and number spelling do not
 // change the fingerprint; any other body, and JSON that cannot be
 // canonicalized, is hashed as raw bytes (tagged differently, so the two never
-// collide).
+// collide). JSON holding a number that a double cannot represent exactly
+// (an integer beyond 2^53, say a 64-bit ID) is hashed as raw bytes too: its
+// canonical form would equate it with a different number.
 func Fingerprint(method, operation, target, contentType string, body []byte) []byte {
 	h := sha256.New()
 	var n [8]byte
@@ -27,7 +29,7 @@ func Fingerprint(method, operation, target, contentType string, body []byte) []b
 	write([]byte(operation))
 	write([]byte(target))
 	if isJSON(contentType) {
-		if canon, err := CanonicalJSON(body); err == nil {
+		if canon, err := canonicalize(body, true); err == nil {
 			write([]byte("json"))
 			write(canon)
 			return h.Sum(nil)
