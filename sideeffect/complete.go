@@ -3,6 +3,8 @@ package sideeffect
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/oncekit/oncekit/internal/crashpoint"
 )
 
@@ -44,45 +46,48 @@ func (d *Dispatcher) flush(ctx context.Context, batch []outcome) {
 		ids[i], attempts[i], states[i], refs[i], errs[i], delays[i] =
 			o.id, int32(o.attempt), o.state, o.ref, o.err, o.delay.Seconds()
 	}
-	rows, err := d.db.Query(ctx, d.sql.complete, d.cfg.ID, ids, attempts, states, refs, errs, delays)
+	// The rows applied, counted once the statement has committed.
+	type applied struct {
+		kind, state string
+		attempt     int
+		firedFor    float64
+	}
+	done := make([]applied, 0, n)
+	err := d.exec(ctx, d.sql.complete, []any{d.cfg.ID, ids, attempts, states, refs, errs, delays}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var a applied
+			if err := rows.Scan(&a.kind, &a.state, &a.attempt, &a.firedFor); err != nil {
+				return err
+			}
+			done = append(done, a)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		d.log.Error("commit outcomes failed; leases will expire and recovery retries with the same keys", "n", n, "err", err)
 		return
 	}
-	var applied int
-	for rows.Next() {
-		var kind, state string
-		var attempt int
-		var firedFor float64
-		if err := rows.Scan(&kind, &state, &attempt, &firedFor); err != nil {
-			break
-		}
-		applied++
-		if state == string(StateFired) {
+	for _, a := range done {
+		if a.state == string(StateFired) {
 			continue // waiting for a lookup: no transition
 		}
-		if caps := d.caps[kind]; caps != nil && state == string(StateConfirmed) {
+		if caps := d.caps[a.kind]; caps != nil && a.state == string(StateConfirmed) {
 			caps.m.confirmed.Inc()
-			caps.m.toConfirmed.Observe(firedFor)
-			caps.m.attemptsOK.Observe(float64(attempt))
+			caps.m.toConfirmed.Observe(a.firedFor)
+			caps.m.attemptsOK.Observe(float64(a.attempt))
 			continue
 		}
-		d.m.transitions.WithLabelValues(kind, state).Inc()
-		switch State(state) {
+		d.m.transitions.WithLabelValues(a.kind, a.state).Inc()
+		switch State(a.state) {
 		case StateConfirmed:
-			d.m.firedToConfirmed.WithLabelValues(kind).Observe(firedFor)
-			d.m.attempts.WithLabelValues(kind, state).Observe(float64(attempt))
+			d.m.firedToConfirmed.WithLabelValues(a.kind).Observe(a.firedFor)
+			d.m.attempts.WithLabelValues(a.kind, a.state).Observe(float64(a.attempt))
 		case StateFailed, StateUnknown:
-			d.m.attempts.WithLabelValues(kind, state).Observe(float64(attempt))
+			d.m.attempts.WithLabelValues(a.kind, a.state).Observe(float64(a.attempt))
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		d.log.Error("commit outcomes failed; leases will expire and recovery retries with the same keys", "n", n, "err", err)
-		return
-	}
-	if applied < n {
+	if len(done) < n {
 		// Only after a lease was lost (this dispatcher stalled past it).
-		d.log.Warn("outcomes dropped: lease no longer held", "dropped", n-applied)
+		d.log.Warn("outcomes dropped: lease no longer held", "dropped", n-len(done))
 	}
 }

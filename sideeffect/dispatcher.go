@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
@@ -387,24 +388,22 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 	// ended are put back by the workers.
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	rows, err := d.db.Query(qctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
-	if err != nil {
-		return 0, fmt.Errorf("sideeffect: claim: %w", err)
-	}
 	claimed := make([]job, 0, n) // sized once: a job is ~150 bytes, regrowing copied each about twice
-	for rows.Next() {
-		var j job
-		c := &j.call
-		if err := rows.Scan(&c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("sideeffect: claim: %w", err)
+	err = d.exec(qctx, query, []any{d.cfg.ID, d.cfg.Lease, kinds, n}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var j job
+			c := &j.call
+			if err := rows.Scan(&c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt); err != nil {
+				return err
+			}
+			j.caps, j.lookup, j.startBy = d.caps[c.Kind], lookup, startBy
+			claimed = append(claimed, j)
 		}
-		j.caps, j.lookup, j.startBy = d.caps[c.Kind], lookup, startBy
-		claimed = append(claimed, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		// The statement did not commit: nothing was claimed.
+		return rows.Err()
+	})
+	if err != nil {
+		// The statement did not commit (or its outcome is unknown): no row
+		// is called. Rows it did fire are recovered when their lease expires.
 		return 0, fmt.Errorf("sideeffect: claim: %w", err)
 	}
 	if len(claimed) == 0 {
