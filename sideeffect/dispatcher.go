@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
@@ -222,7 +223,8 @@ func NewDispatcher(db pgsql.DB, providers map[string]Provider, cfg *DispatcherCo
 // ID returns the dispatcher's lease owner name.
 func (d *Dispatcher) ID() string { return d.cfg.ID }
 
-// Healthy reports nil when the database answers and the last claim worked.
+// Healthy reports nil when the database answers and the last round of
+// claims and outcome commits worked.
 func (d *Dispatcher) Healthy(ctx context.Context) error {
 	var one int
 	if err := d.db.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
@@ -265,35 +267,29 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	jobs := make(chan job, int(d.capacity())+d.cfg.BatchSize)
 	results := make(chan outcome, int(d.capacity())+d.cfg.BatchSize)
 
-	var producers sync.WaitGroup
-	for range claimers {
-		producers.Add(1)
-		go func() { defer producers.Done(); d.claimLoop(ctx, jobs) }()
-	}
-	producers.Add(1)
+	// Producers queue jobs: the sync loop (until ctx ends) and recovery.
+	var producers, syncing sync.WaitGroup
+	producers.Add(2)
 	go func() { defer producers.Done(); d.maintainLoop(ctx, jobs) }()
+	syncing.Add(1)
+	go func() { defer syncing.Done(); d.syncLoop(ctx, jobs, results, producers.Done) }()
 
 	var workers sync.WaitGroup
 	for range d.cfg.Concurrency {
 		workers.Add(1)
 		go func() { defer workers.Done(); d.work(ctx, jobs, results) }()
 	}
-	var completing sync.WaitGroup
-	for range completers {
-		completing.Add(1)
-		go func() { defer completing.Done(); d.completeLoop(context.WithoutCancel(ctx), results) }()
-	}
 
 	producers.Wait()
 	close(jobs)
 	workers.Wait()
 	close(results)
-	completing.Wait()
+	syncing.Wait()
 	d.log.Info("dispatcher stopped")
 	return nil
 }
 
-// setErr records the outcome of the last claim for Healthy.
+// setErr records the outcome of the last sync round for Healthy.
 func (d *Dispatcher) setErr(err error) {
 	if err == nil {
 		if p := d.lastErr.Load(); p == nil || *p == nil {
@@ -310,13 +306,7 @@ func (d *Dispatcher) signal() {
 	}
 }
 
-// claimers and completers are the numbers of goroutines running claiming
-// and completing statements. One claimer, claiming ahead by up to a batch,
-// avoids two claims skipping over each other's locked rows; two completers
-// keep one outcome batch committing while the next one gathers.
-const claimers, completers = 1, 2
-
-// claimTimeout bounds one claiming statement.
+// claimTimeout bounds one claiming (or sync) statement.
 const claimTimeout = 30 * time.Second
 
 // reserve takes up to BatchSize free slots, at least minN, for a claim; the
@@ -335,76 +325,43 @@ func (d *Dispatcher) reserve(minN int64) int {
 	}
 }
 
-// claimLoop claims due pending rows whenever call slots are free.
-func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- job) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	minClaim := d.minClaim
-	for {
-		full := false
-		minN := minClaim
-		if d.inflight.Load() == 0 {
-			minN = 1
-		}
-		if n := d.reserve(minN); n > 0 {
-			got, err := d.claim(ctx, d.sql.claim, d.kinds, n, false, jobs)
-			d.setErr(err)
-			if err != nil && ctx.Err() == nil {
-				d.log.Error("claim failed", "err", err)
-			}
-			full = err == nil && got == n
-		} else {
-			full = true // busy: wait for a slot, not for the poll
-		}
-		if full {
-			select {
-			case <-ctx.Done():
-				return
-			case <-d.wake:
-				continue
-			}
-		}
-		timer.Reset(d.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-	}
+// startBy is the latest start of a call for a row claimed now (measured
+// before the lease starts).
+func (d *Dispatcher) startBy() time.Time {
+	slack := d.cfg.Lease - d.cfg.CallTimeout
+	return time.Now().Add(slack - slack/4)
 }
 
-// claim runs one claiming statement for n reserved slots and queues the
-// rows it returns, giving back the slots it did not fill.
+// claim runs one recovery statement (refire or reconcile) for n reserved
+// slots and queues the rows it returns, giving back the slots it did not
+// fill.
 func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n int, lookup bool, jobs chan<- job) (got int, err error) {
 	defer func() { d.inflight.Add(int64(got - n)) }()
 	if len(kinds) == 0 || n <= 0 {
 		return 0, nil
 	}
-	slack := d.cfg.Lease - d.cfg.CallTimeout
-	startBy := time.Now().Add(slack - slack/4) // measured before the lease starts
+	startBy := d.startBy()
 	// A claim is not cancelled half-way by shutdown: its outcome would be
 	// ambiguous (rows fired but never queued). Rows it returns after ctx
 	// ended are put back by the workers.
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	rows, err := d.db.Query(qctx, query, d.cfg.ID, d.cfg.Lease, kinds, n)
-	if err != nil {
-		return 0, fmt.Errorf("sideeffect: claim: %w", err)
-	}
 	claimed := make([]job, 0, n) // sized once: a job is ~150 bytes, regrowing copied each about twice
-	for rows.Next() {
-		var j job
-		c := &j.call
-		if err := rows.Scan(&c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("sideeffect: claim: %w", err)
+	err = d.exec(qctx, query, []any{d.cfg.ID, d.cfg.Lease, kinds, n}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var j job
+			c := &j.call
+			if err := rows.Scan(&c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt); err != nil {
+				return err
+			}
+			j.caps, j.lookup, j.startBy = d.caps[c.Kind], lookup, startBy
+			claimed = append(claimed, j)
 		}
-		j.caps, j.lookup, j.startBy = d.caps[c.Kind], lookup, startBy
-		claimed = append(claimed, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		// The statement did not commit: nothing was claimed.
+		return rows.Err()
+	})
+	if err != nil {
+		// The statement did not commit (or its outcome is unknown): no row
+		// is called. Rows it did fire are recovered when their lease expires.
 		return 0, fmt.Errorf("sideeffect: claim: %w", err)
 	}
 	if len(claimed) == 0 {
@@ -439,7 +396,7 @@ func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- o
 		default:
 			o = d.do(ctx, j)
 		}
-		// Wake the claimer only when it can claim: a wake per finished call
+		// Wake the sync loop only when it can claim: a wake per finished call
 		// cost a goroutine switch per effect for nothing.
 		if left := d.inflight.Add(-1); left == 0 || d.capacity()-left >= d.minClaim {
 			d.signal()

@@ -4,16 +4,56 @@ import "github.com/oncekit/oncekit/internal/pgsql"
 
 // statements holds every SQL statement, rendered once for the schema.
 type statements struct {
-	insert, selectBySource                string
-	claim, refire, reconcile, markUnknown string
-	complete, countUnknown, purge         string
-	list, get, retry, resolve             string
+	insert, selectBySource               string
+	sync, refire, reconcile, markUnknown string
+	countUnknown, purge                  string
+	list, get, retry, resolve            string
 }
 
 const rowColumns = `id, source_id, kind, payload, idempotency_key, state, attempts, next_attempt_at,
 	coalesce(lease_owner, ''), lease_expires_at, coalesce(provider_ref, ''), coalesce(last_error, ''),
 	coalesce(resolved_by, ''), coalesce(resolution_note, ''), resolved_at,
 	created_at, fired_at, confirmed_at, updated_at`
+
+// claimDue moves due pending rows to fired ($1 lease owner, $2 lease, $3
+// kinds, $4 limit): its commit is the "fired" commit that precedes the
+// calls. The rows are found by their tuple ids: locked FOR UPDATE by the
+// subquery, they stay the current versions until this statement updates
+// them, and a TID scan saves a primary-key descent per row (about 10% of
+// PostgreSQL's CPU per effect). A row that moved anyway is not updated,
+// hence not returned, hence not called. The recovery statements below use
+// the same form.
+const claimDue = `UPDATE {schema}.side_effects s
+SET state = 'fired', attempts = s.attempts + 1, lease_owner = $1,
+	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
+	fired_at = now(), updated_at = now()
+WHERE s.ctid = ANY(ARRAY(
+	SELECT ctid FROM {schema}.side_effects
+	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($3)
+	ORDER BY next_attempt_at
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED))
+RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`
+
+// completeOutcomes applies a batch of outcomes ($5..$10), fenced by the
+// lease owner ($1) and the attempt that was fired, so a late result of a
+// lost lease is dropped. "released" puts back a claimed row that was never
+// called.
+const completeOutcomes = `UPDATE {schema}.side_effects s
+SET state = CASE WHEN v.state = 'released' THEN 'pending' ELSE v.state END,
+	attempts = CASE WHEN v.state = 'released' THEN s.attempts - 1 ELSE s.attempts END,
+	provider_ref = coalesce(v.ref, s.provider_ref),
+	last_error = CASE WHEN v.state = 'released' THEN s.last_error ELSE v.err END,
+	next_attempt_at = CASE WHEN v.state IN ('pending', 'released', 'fired')
+		THEN now() + v.delay * interval '1 second' ELSE s.next_attempt_at END,
+	lease_expires_at = CASE WHEN v.state = 'fired' THEN now() + v.delay * interval '1 second' END,
+	lease_owner = NULL,
+	confirmed_at = CASE WHEN v.state = 'confirmed' THEN now() ELSE s.confirmed_at END,
+	updated_at = now()
+FROM unnest($5::bigint[], $6::int[], $7::text[], $8::text[], $9::text[], $10::float8[])
+	AS v(id, attempt, state, ref, err, delay)
+WHERE s.id = v.id AND s.state = 'fired' AND s.lease_owner = $1 AND s.attempts = v.attempt
+RETURNING s.kind, s.state, s.attempts, extract(epoch FROM now() - s.fired_at)::float8 AS fired_for`
 
 func render(schema string) statements {
 	r := func(s string) string { return pgsql.Render(s, schema) }
@@ -24,25 +64,16 @@ ON CONFLICT (source_id, kind) DO NOTHING
 RETURNING id, idempotency_key`),
 		selectBySource: r(`SELECT id, idempotency_key FROM {schema}.side_effects WHERE source_id = $1 AND kind = $2`),
 
-		// claim moves due pending rows to fired in one statement: the commit
-		// of this statement is the "fired" commit that precedes the calls.
-		// The rows are found by their tuple ids: locked FOR UPDATE by the
-		// subquery, they stay the current versions until this statement
-		// updates them, and a TID scan saves a primary-key descent per row
-		// (about 10% of PostgreSQL's CPU per effect). A row that moved
-		// anyway is not updated, hence not returned, hence not called. The
-		// recovery statements below use the same form.
-		claim: r(`UPDATE {schema}.side_effects s
-SET state = 'fired', attempts = s.attempts + 1, lease_owner = $1,
-	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
-	fired_at = now(), updated_at = now()
-WHERE s.ctid = ANY(ARRAY(
-	SELECT ctid FROM {schema}.side_effects
-	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($3)
-	ORDER BY next_attempt_at
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED))
-RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
+		// sync is one round of the dispatcher: it commits a batch of
+		// outcomes and claims due rows, in one statement and one commit.
+		// The two never touch the same row: outcomes apply to this
+		// dispatcher's fired rows, claims take pending rows as of the
+		// statement's snapshot (a row an outcome puts back to pending is
+		// claimed in a later round). Claimed rows come first, flagged true.
+		sync: r(`WITH outcomes AS (` + completeOutcomes + `), claimed AS (` + claimDue + `)
+SELECT true, id, source_id, kind, payload, idempotency_key, attempts, created_at, 'fired', 0::float8 FROM claimed
+UNION ALL
+SELECT false, 0, '', kind, '\x'::bytea, '', attempts, now(), state, fired_for FROM outcomes`),
 
 		// refire takes over fired rows whose lease expired, for providers
 		// that honour keys: fired again, same key, attempts+1.
@@ -82,25 +113,6 @@ WHERE s.ctid = ANY(ARRAY(
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED))
 RETURNING s.kind`),
-
-		// complete applies a batch of outcomes, fenced by the lease owner and
-		// the attempt that was fired, so a late result of a lost lease is
-		// dropped. "released" puts back a claimed row that was never called.
-		complete: r(`UPDATE {schema}.side_effects s
-SET state = CASE WHEN v.state = 'released' THEN 'pending' ELSE v.state END,
-	attempts = CASE WHEN v.state = 'released' THEN s.attempts - 1 ELSE s.attempts END,
-	provider_ref = coalesce(v.ref, s.provider_ref),
-	last_error = CASE WHEN v.state = 'released' THEN s.last_error ELSE v.err END,
-	next_attempt_at = CASE WHEN v.state IN ('pending', 'released', 'fired')
-		THEN now() + v.delay * interval '1 second' ELSE s.next_attempt_at END,
-	lease_expires_at = CASE WHEN v.state = 'fired' THEN now() + v.delay * interval '1 second' END,
-	lease_owner = NULL,
-	confirmed_at = CASE WHEN v.state = 'confirmed' THEN now() ELSE s.confirmed_at END,
-	updated_at = now()
-FROM unnest($2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::float8[])
-	AS v(id, attempt, state, ref, err, delay)
-WHERE s.id = v.id AND s.state = 'fired' AND s.lease_owner = $1 AND s.attempts = v.attempt
-RETURNING s.kind, s.state, s.attempts, extract(epoch FROM now() - s.fired_at)::float8`),
 
 		countUnknown: r(`SELECT kind, count(*) FROM {schema}.side_effects WHERE state = 'unknown' GROUP BY kind`),
 

@@ -1,0 +1,212 @@
+package sideeffect
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/crashpoint"
+)
+
+// syncLoop runs the dispatcher's rounds. A round is one statement and one
+// commit: the outcomes gathered since the last round and, while ctx lasts,
+// a claim of due rows for the free call slots. Under load outcomes gather
+// while a round runs, so rounds grow with the rate; when idle an outcome
+// commits at once. A claim that came back short (no more due rows) is not
+// repeated before PollInterval; one that filled its slots is repeated as
+// soon as slots are free again.
+//
+// When ctx ends the loop stops claiming, calls stoppedClaiming, and goes on
+// committing outcomes until results is closed.
+func (d *Dispatcher) syncLoop(ctx context.Context, jobs chan<- job, results <-chan outcome, stoppedClaiming func()) {
+	batch := make([]outcome, 0, d.cfg.FlushSize)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	claiming, polling := true, true // polling: waiting for the poll timer before claiming
+	open := true                    // results not yet closed
+	for {
+		if claiming && ctx.Err() != nil {
+			claiming = false
+			stoppedClaiming()
+		}
+		if polling {
+			select {
+			case <-poll.C:
+				polling = false
+			default:
+			}
+		}
+		open = gather(results, &batch, d.cfg.FlushSize) && open
+		n := 0
+		if claiming && !polling {
+			minN := d.minClaim
+			if d.inflight.Load() == 0 {
+				minN = 1
+			}
+			n = d.reserve(minN)
+		}
+		if len(batch) == 0 && n == 0 {
+			if !open {
+				return
+			}
+			var done <-chan struct{}
+			var wake <-chan struct{}
+			var pollC <-chan time.Time
+			if claiming {
+				done, wake = ctx.Done(), d.wake
+				if polling {
+					pollC = poll.C
+				}
+			}
+			select {
+			case <-done:
+			case <-wake:
+			case <-pollC:
+				polling = false
+			case o, ok := <-results:
+				if ok {
+					batch = append(batch, o)
+				} else {
+					open = false
+				}
+			}
+			continue
+		}
+		got, err := d.round(ctx, batch, n, jobs)
+		batch = batch[:0]
+		if n > 0 {
+			d.setErr(err)
+			if err != nil || got < n {
+				// No more due rows (or the claim failed): look again after
+				// the poll interval.
+				polling = true
+				poll.Reset(d.cfg.PollInterval)
+			}
+		}
+	}
+}
+
+// gather appends the outcomes already waiting, up to limit in all, without
+// blocking. It returns false when results is closed.
+func gather(results <-chan outcome, batch *[]outcome, limit int) bool {
+	for len(*batch) < limit {
+		select {
+		case o, ok := <-results:
+			if !ok {
+				return false
+			}
+			*batch = append(*batch, o)
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// applied is an outcome the round committed.
+type applied struct {
+	kind, state string
+	attempt     int
+	firedFor    float64
+}
+
+// round commits the outcomes in batch and claims up to n due rows (n
+// reserved slots) in one statement, then queues the claimed rows and gives
+// back the slots they did not fill. A failed round leaves the outcomes'
+// rows fired (their leases expire and recovery retries with the same keys)
+// and claims nothing.
+func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs chan<- job) (got int, err error) {
+	defer func() { d.inflight.Add(int64(got - n)) }()
+	k := len(batch)
+	ids := make([]int64, k)
+	attempts := make([]int32, k)
+	states := make([]string, k)
+	refs := make([]*string, k)
+	errs := make([]*string, k)
+	delays := make([]float64, k)
+	for i, o := range batch {
+		ids[i], attempts[i], states[i], refs[i], errs[i], delays[i] =
+			o.id, int32(o.attempt), o.state, o.ref, o.err, o.delay.Seconds()
+	}
+	if k > 0 {
+		crashpoint.Hit("sideeffect.before-complete")
+	}
+	startBy := d.startBy()
+	// Not cancelled by shutdown: a round cut short would leave its outcome
+	// unknown. Rows claimed after ctx ended are put back by the workers.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	claimed := make([]job, 0, n) // sized once: a job is ~150 bytes, regrowing copied each about twice
+	done := make([]applied, 0, k)
+	err = d.exec(qctx, d.sql.sync, []any{d.cfg.ID, d.cfg.Lease, d.kinds, n, ids, attempts, states, refs, errs, delays},
+		func(rows pgx.Rows) error {
+			for rows.Next() {
+				var isClaim bool
+				var j job
+				var a applied
+				c := &j.call
+				if err := rows.Scan(&isClaim, &c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt,
+					&a.state, &a.firedFor); err != nil {
+					return err
+				}
+				if isClaim {
+					j.caps, j.startBy = d.caps[c.Kind], startBy
+					claimed = append(claimed, j)
+					continue
+				}
+				a.kind, a.attempt = c.Kind, c.Attempt
+				done = append(done, a)
+			}
+			return rows.Err()
+		})
+	if err != nil {
+		if k > 0 {
+			d.log.Error("commit outcomes failed; leases will expire and recovery retries with the same keys", "n", k, "err", err)
+		}
+		if n > 0 && ctx.Err() == nil {
+			d.log.Error("claim failed", "err", err)
+		}
+		return 0, fmt.Errorf("sideeffect: sync: %w", err)
+	}
+	d.count(done, k)
+	if len(claimed) == 0 {
+		return 0, nil
+	}
+	for _, j := range claimed {
+		j.caps.m.fired.Inc()
+	}
+	crashpoint.Hit("sideeffect.after-fired")
+	for _, j := range claimed {
+		jobs <- j
+	}
+	return len(claimed), nil
+}
+
+// count updates the metrics for committed outcomes; k is how many were sent.
+func (d *Dispatcher) count(done []applied, k int) {
+	for _, a := range done {
+		if a.state == string(StateFired) {
+			continue // waiting for a lookup: no transition
+		}
+		if caps := d.caps[a.kind]; caps != nil && a.state == string(StateConfirmed) {
+			caps.m.confirmed.Inc()
+			caps.m.toConfirmed.Observe(a.firedFor)
+			caps.m.attemptsOK.Observe(float64(a.attempt))
+			continue
+		}
+		d.m.transitions.WithLabelValues(a.kind, a.state).Inc()
+		switch State(a.state) {
+		case StateConfirmed:
+			d.m.firedToConfirmed.WithLabelValues(a.kind).Observe(a.firedFor)
+			d.m.attempts.WithLabelValues(a.kind, a.state).Observe(float64(a.attempt))
+		case StateFailed, StateUnknown:
+			d.m.attempts.WithLabelValues(a.kind, a.state).Observe(float64(a.attempt))
+		}
+	}
+	if len(done) < k {
+		// Only after a lease was lost (this dispatcher stalled past it).
+		d.log.Warn("outcomes dropped: lease no longer held", "dropped", k-len(done))
+	}
+}
