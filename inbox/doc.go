@@ -38,7 +38,9 @@
 // savepoint and its claim: the failed messages are retried alone while the
 // others commit. Handlers that ran before the failure thus run twice on the
 // same attempt, the first time in a transaction that was rolled back. After a
-// failure the next batches take savepoints from the start for a while. Round
+// failure the next batches take savepoints from the start for a while. A run
+// with savepoints puts at most 64 messages in one transaction, PostgreSQL's
+// subtransaction cache; a larger batch runs in several. Round
 // trips are saved where the protocol allows: BEGIN and the claim travel
 // together, and a message's SAVEPOINT travels with its handler's first
 // statement.

@@ -131,6 +131,12 @@ func (c *Consumer) process(ctx context.Context, items []*item) []*item {
 // a handler failed in a batch, before running without savepoints again.
 const failureCooldown = 16
 
+// maxSavepoints bounds the messages of one transaction that runs a savepoint
+// per message: PostgreSQL caches 64 subtransactions per backend, and past
+// that every other backend's snapshots get slower while the transaction is
+// open. A larger batch runs its savepoints in several transactions.
+const maxSavepoints = 64
+
 // runBatch fills out. A batch first runs without savepoints, which cost
 // PostgreSQL a subtransaction per message. If a handler fails, nothing of the
 // batch can be kept (its work is mixed with the others'): the transaction is
@@ -142,40 +148,68 @@ const failureCooldown = 16
 // transaction as a whole failed: the caller retries every message that is
 // not a duplicate.
 func (c *Consumer) runBatch(ctx context.Context, items []*item, out []outcome) error {
-	if len(items) > 1 {
-		if c.failureCooldown.Load() <= 0 {
-			failed, err := c.runTx(ctx, items, out, false)
-			if err != nil || failed < 0 {
-				return err
+	if len(items) == 1 {
+		_, err := c.runTx(ctx, items, out, true, nil)
+		return err
+	}
+	if c.failureCooldown.Load() > 0 {
+		c.failureCooldown.Add(-1)
+	} else {
+		failed, err := c.runTx(ctx, items, out, false, nil)
+		if err != nil || failed < 0 {
+			return err
+		}
+		c.failureCooldown.Store(failureCooldown)
+		for i, it := range items {
+			switch {
+			case i == failed:
+			case it.msg != nil && it.msg.ID == items[failed].msg.ID:
+				// A copy of the failed message (only the first copy
+				// runs): acked, as the failed one comes back.
+				out[i] = outcome{kind: outDuplicate}
+			default:
+				out[i] = outcome{}
 			}
-			c.failureCooldown.Store(failureCooldown)
-			for i, it := range items {
-				switch {
-				case i == failed:
-				case it.msg != nil && it.msg.ID == items[failed].msg.ID:
-					// A copy of the failed message (only the first copy
-					// runs): acked, as the failed one comes back.
-					out[i] = outcome{kind: outDuplicate}
-				default:
-					out[i] = outcome{}
-				}
-			}
-		} else {
-			c.failureCooldown.Add(-1)
 		}
 	}
-	_, err := c.runTx(ctx, items, out, true)
-	return err
+	if len(items) <= maxSavepoints {
+		_, err := c.runTx(ctx, items, out, true, nil)
+		return err
+	}
+	// In parts of at most maxSavepoints, each its own transaction; in
+	// ordered mode a key held back by a part holds the later parts too.
+	blocked := map[string]bool{}
+	for lo := 0; lo < len(items); lo += maxSavepoints {
+		part, pout := items[lo:min(lo+maxSavepoints, len(items))], out[lo:min(lo+maxSavepoints, len(items))]
+		if _, err := c.runTx(ctx, part, pout, true, blocked); err != nil {
+			for i := range pout {
+				if pout[i].kind != outDuplicate {
+					pout[i] = outcome{kind: outRetry, err: err}
+				}
+			}
+		}
+		for i, it := range part {
+			switch pout[i].kind {
+			case outRetry, outSkip, outUnknown:
+				if it.msg != nil && it.msg.Key != "" {
+					blocked[it.msg.Key] = true
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // runTx runs the pending messages of items in one transaction and fills their
 // outcomes; a message whose outcome is already set (a handler failure from a
 // run without savepoints, or a copy of it) is not claimed, and the failure is
-// dead-lettered in this transaction if that is its outcome. With savepoints false, a handler
-// failure rolls the transaction back at once and runTx returns the failed
-// message's index (its outcome set, the others' to be discarded); otherwise
-// it returns -1. An error means the transaction as a whole failed.
-func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, savepoints bool) (failed int, err error) {
+// dead-lettered in this transaction if that is its outcome. In ordered mode
+// the messages whose key is in blocked (nil: none) wait behind an earlier
+// failure. With savepoints false, a handler failure rolls the transaction
+// back at once and runTx returns the failed message's index (its outcome set,
+// the others' to be discarded); otherwise it returns -1. An error means the
+// transaction as a whole failed.
+func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, savepoints bool, blocked map[string]bool) (failed int, err error) {
 	tx, claimed, err := c.beginClaim(ctx, items, out)
 	if err != nil {
 		return -1, err
@@ -187,7 +221,9 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, save
 	}()
 	single := len(items) == 1
 	seen := make(map[uuid.UUID]bool, len(items))
-	blocked := map[string]bool{}
+	if blocked == nil {
+		blocked = map[string]bool{}
+	}
 	var release []uuid.UUID
 	var dead []DeadLetter
 	for i, it := range items {
