@@ -27,7 +27,7 @@ import (
 // (pg-µs/msg, read from /proc when PostgreSQL runs on this machine) and this
 // process's (go-cpu-µs/msg: the consumer alone, as the source is a slice),
 // which other load on the machine disturbs less. The contenders are the
-// consumer's modes: oncekit-batch (BatchSize 50), oncekit-noclaim (the same
+// consumer's modes: oncekit-batch (BatchSize 200), oncekit-noclaim (the same
 // without the claim) and oncekit (one transaction per message).
 func BenchmarkConsumePG(b *testing.B) {
 	n := consumeN() / 5

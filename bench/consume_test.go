@@ -32,10 +32,11 @@ func consumeN() int { return envInt("ONCEKIT_BENCH_N", 100_000) }
 
 // Every contender runs consumeConcurrency workers (ONCEKIT_BENCH_CONCURRENCY,
 // default 4); the batch consumers process consumeBatch messages per
-// transaction (ONCEKIT_BENCH_BATCH, default 50).
+// transaction (ONCEKIT_BENCH_BATCH, default 200: the BatchSize inbox.Config
+// recommends for handlers that only write to PostgreSQL).
 var (
 	consumeConcurrency = envInt("ONCEKIT_BENCH_CONCURRENCY", 4)
-	consumeBatch       = envInt("ONCEKIT_BENCH_BATCH", 50)
+	consumeBatch       = envInt("ONCEKIT_BENCH_BATCH", 200)
 )
 
 func envInt(name string, def int) int {
@@ -49,8 +50,8 @@ func envInt(name string, def int) int {
 // PostgreSQL, each handler inserting one business row, and reports msgs/s.
 // One iteration is one whole run (use -benchtime 1x):
 //
-//   - oncekit-batch: inbox.Consumer, BatchSize 50 (one transaction per
-//     batch, a savepoint per message, one claim statement per batch)
+//   - oncekit-batch: inbox.Consumer, BatchSize 200 (one transaction per
+//     batch, one claim statement per batch, savepoints only after a failure)
 //   - oncekit: inbox.Consumer, one transaction per message
 //   - watermill: watermill router + watermill-nats JetStream subscribers on
 //     the same durable, each message in its own pgx transaction doing the
