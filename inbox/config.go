@@ -22,10 +22,15 @@ type Config struct {
 	// Concurrency is the number of messages (or batches) processed at once,
 	// each on its own connection. Defaults to 4.
 	Concurrency int
-	// BatchSize is the number of messages processed in one transaction, one
-	// SAVEPOINT each. 1 processes each message in its own transaction.
-	// Defaults to 1. At most 1000; keeping it at 64 or below avoids
-	// PostgreSQL's subtransaction cache overflow.
+	// BatchSize is the number of messages processed in one transaction. 1
+	// processes each message in its own transaction. A batch runs without
+	// savepoints; after a handler failure it is rolled back and runs again
+	// without the failed message, a SAVEPOINT per message (see the package
+	// documentation), at most 64 messages per transaction to stay inside
+	// PostgreSQL's subtransaction cache. Defaults to 1. At most 1000. 200
+	// suits handlers that only write to PostgreSQL: larger batches spread
+	// the commit (and its flush) over more messages. A batch should finish
+	// well within the source's AckWait, so slow handlers want smaller ones.
 	BatchSize int
 	// Ordered processes the messages of one key (Oncekit-Key header) in
 	// delivery order, keys hashed onto Concurrency lanes. A failing message is

@@ -31,6 +31,7 @@ type Consumer struct {
 	ackWait       atomic.Int64 // the source's, learnt at start: how often to signal progress
 
 	conflictCooldown atomic.Int64 // > 0: claim with ON CONFLICT (a duplicate was seen lately)
+	failureCooldown  atomic.Int64 // > 0: a savepoint per message from the start (a handler failed lately)
 }
 
 // NewConsumer returns a Consumer that reads src and runs h for each message

@@ -32,7 +32,7 @@ func Example() {
 			_, err := tx.Exec(ctx, `INSERT INTO invoices (event_id, amount) VALUES ($1, $2)`, msg.ID, p.Amount)
 			return err
 		})
-		c, err := inbox.NewConsumer(pool, src, handle, &inbox.Config{Name: "billing", BatchSize: 50, Concurrency: 4})
+		c, err := inbox.NewConsumer(pool, src, handle, &inbox.Config{Name: "billing", BatchSize: 200, Concurrency: 4})
 		if err != nil {
 			return err
 		}

@@ -24,7 +24,8 @@ const (
 type outcomeKind int
 
 const (
-	outProcessed outcomeKind = iota
+	outPending outcomeKind = iota // not decided yet
+	outProcessed
 	outDuplicate
 	outDead
 	outRetry
@@ -116,7 +117,7 @@ func (c *Consumer) process(ctx context.Context, items []*item) []*item {
 		}
 	}
 	out := make([]outcome, len(items))
-	if err := c.runTx(ctx, items, out); err != nil {
+	if err := c.runBatch(ctx, items, out); err != nil {
 		for i := range out {
 			if out[i].kind != outDuplicate {
 				out[i] = outcome{kind: outRetry, err: err}
@@ -126,12 +127,92 @@ func (c *Consumer) process(ctx context.Context, items []*item) []*item {
 	return c.settle(ctx, items, out)
 }
 
-// runTx fills out. An error means the transaction as a whole failed: the
-// caller retries every message that is not a duplicate.
-func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err error) {
-	tx, claimed, err := c.beginClaim(ctx, items)
-	if err != nil {
+// failureCooldown is how many batches run with a savepoint per message after
+// a handler failed in a batch, before running without savepoints again.
+const failureCooldown = 16
+
+// maxSavepoints bounds the messages of one transaction that runs a savepoint
+// per message: PostgreSQL caches 64 subtransactions per backend, and past
+// that every other backend's snapshots get slower while the transaction is
+// open. A larger batch runs its savepoints in several transactions.
+const maxSavepoints = 64
+
+// runBatch fills out. A batch first runs without savepoints, which cost
+// PostgreSQL a subtransaction per message. If a handler fails, nothing of the
+// batch can be kept (its work is mixed with the others'): the transaction is
+// rolled back, the failure's outcome kept, and the batch runs again minus
+// that message, with a savepoint per message, so that another failure undoes
+// only itself. The handlers that ran before the failure run again, in the new
+// transaction; the first one's writes were rolled back. While failures are
+// recent the savepoints are kept from the start. An error means the
+// transaction as a whole failed: the caller retries every message that is
+// not a duplicate.
+func (c *Consumer) runBatch(ctx context.Context, items []*item, out []outcome) error {
+	if len(items) == 1 {
+		_, err := c.runTx(ctx, items, out, true, nil)
 		return err
+	}
+	if c.failureCooldown.Load() > 0 {
+		c.failureCooldown.Add(-1)
+	} else {
+		failed, err := c.runTx(ctx, items, out, false, nil)
+		if err != nil || failed < 0 {
+			return err
+		}
+		c.failureCooldown.Store(failureCooldown)
+		for i, it := range items {
+			switch {
+			case i == failed:
+			case it.msg != nil && it.msg.ID == items[failed].msg.ID:
+				// A copy of the failed message (only the first copy
+				// runs): acked, as the failed one comes back.
+				out[i] = outcome{kind: outDuplicate}
+			default:
+				out[i] = outcome{}
+			}
+		}
+	}
+	if len(items) <= maxSavepoints {
+		_, err := c.runTx(ctx, items, out, true, nil)
+		return err
+	}
+	// In parts of at most maxSavepoints, each its own transaction; in
+	// ordered mode a key held back by a part holds the later parts too.
+	blocked := map[string]bool{}
+	for lo := 0; lo < len(items); lo += maxSavepoints {
+		part, pout := items[lo:min(lo+maxSavepoints, len(items))], out[lo:min(lo+maxSavepoints, len(items))]
+		if _, err := c.runTx(ctx, part, pout, true, blocked); err != nil {
+			for i := range pout {
+				if pout[i].kind != outDuplicate {
+					pout[i] = outcome{kind: outRetry, err: err}
+				}
+			}
+		}
+		for i, it := range part {
+			switch pout[i].kind {
+			case outRetry, outSkip, outUnknown:
+				if it.msg != nil && it.msg.Key != "" {
+					blocked[it.msg.Key] = true
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// runTx runs the pending messages of items in one transaction and fills their
+// outcomes; a message whose outcome is already set (a handler failure from a
+// run without savepoints, or a copy of it) is not claimed, and the failure is
+// dead-lettered in this transaction if that is its outcome. In ordered mode
+// the messages whose key is in blocked (nil: none) wait behind an earlier
+// failure. With savepoints false, a handler failure rolls the transaction
+// back at once and runTx returns the failed message's index (its outcome set,
+// the others' to be discarded); otherwise it returns -1. An error means the
+// transaction as a whole failed.
+func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, savepoints bool, blocked map[string]bool) (failed int, err error) {
+	tx, claimed, err := c.beginClaim(ctx, items, out)
+	if err != nil {
+		return -1, err
 	}
 	defer func() {
 		if err != nil {
@@ -140,10 +221,25 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 	}()
 	single := len(items) == 1
 	seen := make(map[uuid.UUID]bool, len(items))
-	blocked := map[string]bool{}
+	if blocked == nil {
+		blocked = map[string]bool{}
+	}
 	var release []uuid.UUID
 	var dead []DeadLetter
 	for i, it := range items {
+		switch o := out[i]; o.kind {
+		case outPending:
+		case outDead: // failed in the run before this one
+			dead = append(dead, c.deadLetter(it, o.reason))
+			continue
+		case outRetry: // failed in the run before this one
+			if it.msg.Key != "" {
+				blocked[it.msg.Key] = true
+			}
+			continue
+		default: // a copy of the message that failed in the run before
+			continue
+		}
 		if it.reason != "" {
 			out[i] = outcome{kind: outDead, reason: it.reason, kindOf: deadKind(it.reason)}
 			dead = append(dead, c.deadLetter(it, it.reason))
@@ -162,8 +258,9 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 			continue
 		}
 		var htx pgx.Tx = handlerTx{tx}
-		sp := &savepointTx{Tx: tx, pending: true}
-		if !single {
+		var sp *savepointTx
+		if savepoints && !single {
+			sp = &savepointTx{Tx: tx, pending: true}
 			htx = sp
 		}
 		herr := c.call(ctx, htx, it.msg)
@@ -172,6 +269,11 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 			continue
 		}
 		out[i] = c.failure(it, herr)
+		if !single && sp == nil {
+			// No savepoint to return to: the caller runs the batch again.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return i, nil
+		}
 		if single {
 			// Nothing else rides in this transaction: end it, and write a
 			// dead letter (without the claim) on its own.
@@ -181,10 +283,10 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 					out[i] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
 				}
 			}
-			return nil
+			return -1, nil
 		}
 		if !sp.undo(ctx) {
-			return fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
+			return -1, fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
 		}
 		if claimed != nil {
 			release = append(release, id)
@@ -197,18 +299,18 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 	}
 	if claimed != nil && len(release) > 0 {
 		if err := c.store.unclaimAll(ctx, tx, c.cfg.Name, release); err != nil {
-			return err
+			return -1, err
 		}
 	}
 	for _, dl := range dead {
 		if _, err := c.store.InsertDeadLetter(ctx, tx, dl); err != nil {
-			return err
+			return -1, err
 		}
 	}
 	crashpoint.Hit(CrashBeforeCommit)
 	if err := tx.Commit(ctx); err != nil {
 		if definiteRollback(err) {
-			return fmt.Errorf("inbox: commit: %w", err)
+			return -1, fmt.Errorf("inbox: commit: %w", err)
 		}
 		c.log.Error("inbox commit outcome unknown; leaving the messages to redelivery", "err", err, "messages", len(items))
 		for i := range out {
@@ -216,10 +318,10 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome) (err
 				out[i] = outcome{kind: outUnknown, err: err}
 			}
 		}
-		return nil
+		return -1, nil
 	}
 	crashpoint.Hit(CrashAfterCommit)
-	return nil
+	return -1, nil
 }
 
 // batchSender sends a batch of statements in one round trip; a
@@ -229,12 +331,12 @@ type batchSender interface {
 }
 
 // beginClaim begins the transaction and claims every valid message of items
-// in it, in one round trip when the database can pipeline. The claims map is
-// nil when claims are off.
-func (c *Consumer) beginClaim(ctx context.Context, items []*item) (pgx.Tx, map[uuid.UUID]bool, error) {
+// whose outcome is pending, in one round trip when the database can
+// pipeline. The claims map is nil when claims are off.
+func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome) (pgx.Tx, map[uuid.UUID]bool, error) {
 	ids := make([]uuid.UUID, 0, len(items))
-	for _, it := range items {
-		if it.msg != nil {
+	for i, it := range items {
+		if it.msg != nil && out[i].kind == outPending {
 			ids = append(ids, it.msg.ID)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 // claims and dead letters can ride in the caller's transaction. It is what
 // the Consumer, the watermill middleware and `oncekit dlq` share.
 type Store struct {
-	claim, claimBatch, claimNew, claimNewBatch, unclaim, insertDead, listDead, getDead, markReplayed, purge, prune string
+	claim, claimBatch, claimNew, claimNewAll, unclaim, insertDead, listDead, getDead, markReplayed, purge, prune string
 }
 
 // NewStore renders the inbox's SQL for schema ("" means "oncekit").
@@ -35,8 +35,8 @@ func NewStore(schema string) (*Store, error) {
 			SELECT $1, id FROM unnest($2::uuid[]) AS t(id)
 			ON CONFLICT DO NOTHING RETURNING message_id`),
 		claimNew: r(`INSERT INTO {schema}.processed_messages (consumer, message_id) VALUES ($1, $2)`),
-		claimNewBatch: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
-			SELECT $1, id FROM unnest($2::uuid[]) AS t(id) RETURNING message_id`),
+		claimNewAll: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
+			SELECT $1, id FROM unnest($2::uuid[]) AS t(id)`),
 		unclaim: r(`DELETE FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])`),
 		insertDead: r(`INSERT INTO {schema}.dead_letters (consumer, message_id, subject, payload, headers, reason, attempts)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -84,7 +84,7 @@ func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string,
 func (s *Store) queueClaims(b *pgx.Batch, consumer string, ids []uuid.UUID, expectNew bool) func(pgx.BatchResults) (map[uuid.UUID]bool, error) {
 	one, many := s.claim, s.claimBatch
 	if expectNew {
-		one, many = s.claimNew, s.claimNewBatch
+		one = s.claimNew
 	}
 	if len(ids) == 1 {
 		b.Queue(one, consumer, [16]byte(ids[0]))
@@ -96,7 +96,26 @@ func (s *Store) queueClaims(b *pgx.Batch, consumer string, ids []uuid.UUID, expe
 			return map[uuid.UUID]bool{ids[0]: tag.RowsAffected() == 1}, nil
 		}
 	}
-	b.Queue(many, consumer, sortedArgs(ids))
+	sorted := sortedArgs(ids)
+	if expectNew {
+		// A plain INSERT claims every ID or fails: nothing to read back.
+		b.Queue(s.claimNewAll, consumer, sorted)
+		return func(br pgx.BatchResults) (map[uuid.UUID]bool, error) {
+			tag, err := br.Exec()
+			if err != nil {
+				return nil, fmt.Errorf("inbox: claim: %w", err)
+			}
+			if tag.RowsAffected() != int64(len(sorted)) {
+				return nil, fmt.Errorf("inbox: claim: %d of %d rows inserted", tag.RowsAffected(), len(sorted))
+			}
+			claimed := make(map[uuid.UUID]bool, len(sorted))
+			for _, id := range sorted {
+				claimed[id] = true
+			}
+			return claimed, nil
+		}
+	}
+	b.Queue(many, consumer, sorted)
 	return func(br pgx.BatchResults) (map[uuid.UUID]bool, error) {
 		rows, err := br.Query()
 		return scanClaims(rows, err, len(ids))
