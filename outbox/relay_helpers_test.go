@@ -37,7 +37,13 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	b := &bundle{db: testenv.NewDB(t), nats: testenv.NewNATS(t), name: testenv.Name(t)}
+	return setupDB(t, testenv.NewDB(t))
+}
+
+// setupDB is setup on db.
+func setupDB(t *testing.T, db *testenv.DB) *bundle {
+	t.Helper()
+	b := &bundle{db: db, nats: testenv.NewNATS(t), name: testenv.Name(t)}
 	b.subject = b.name + ".ev"
 	var err error
 	b.stream, err = natsjs.EnsureStream(context.Background(), b.nats.JS, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
