@@ -137,6 +137,7 @@ type batch struct {
 	outcome []outcome
 	errs    []error // of failed rows
 	lost    bool    // the lease ran short while publishing
+	down    bool    // nothing acknowledged, failures, broker unreachable: record nothing
 }
 
 func (b *batch) set(i int, o outcome, err error) { b.outcome[i], b.errs[i] = o, err }
@@ -163,14 +164,14 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 	} else {
 		nwaves = r.publishWaves(ctx, w, b)
 	}
-	if r.brokerWasDown(b) {
+	if b.down {
 		return false, errBrokerDown
 	}
 	crashpoint.Hit("relay.after-publish")
 	t2 := time.Now()
 	defer func() {
 		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "sent", len(b.send), "waves", nwaves,
-			"fetch", t1.Sub(t0), "publish", t2.Sub(t1), "mark", time.Since(t2))
+			"fetch", t1.Sub(t0), "publish", t2.Sub(t1), "settle", time.Since(t2))
 	}()
 
 	nfailed, err := r.settle(ctx, w, b)
@@ -275,6 +276,7 @@ func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher
 			b.set(i, failed, res.Err)
 		}
 	}
+	b.down = r.brokerWasDown(b)
 }
 
 // publishWaves is the fallback for publishers without PublishChain: rounds
@@ -317,6 +319,7 @@ func (r *Relay) publishWaves(ctx context.Context, w *worker, b *batch) (nwaves i
 			}
 		}
 		if okInRound == 0 && r.brokerWasDown(b) {
+			b.down = true
 			break
 		}
 	}
