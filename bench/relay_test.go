@@ -216,7 +216,9 @@ func drainJetStream(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 	cpu0 := processCPU()
 	futures := make([]jetstream.PubAckFuture, len(out))
 	for i, m := range out {
-		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(msgs[i].ID.String()))
+		// Waits for room in a full window as natsjs.Publisher does (the
+		// 200 ms default fails the run on a loaded machine).
+		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(msgs[i].ID.String()), jetstream.WithStallWait(30*time.Second))
 		if err != nil {
 			b.Fatal(err)
 		}
