@@ -279,7 +279,7 @@ func relayLatencyOnce(b *testing.B, rate, secs int, notify bool) []float64 {
 		b.Fatal(err)
 	}
 	relay, err := outbox.NewRelay(w.pool, pub, &outbox.RelayConfig{
-		Schema: w.db.Schema, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: -1,
+		Schema: w.db.Schema, Logger: relayBenchLogger(), Retention: -1,
 	})
 	if err != nil {
 		b.Fatal(err)

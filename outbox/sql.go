@@ -6,7 +6,8 @@ import "github.com/oncekit/oncekit/internal/pgsql"
 type relaySQL struct {
 	ensurePartitions, partitionsBeyond             string
 	heartbeat, acquire, renew, release, removeNode string
-	probe, fetch, advance, settle, deleteBatch     string
+	probe, fetch, fetchMain, advance, settle       string
+	deleteBatch                                    string
 	oldest, parked                                 string
 }
 
@@ -66,7 +67,8 @@ func renderRelaySQL(schema string) relaySQL {
 		// Per row: whether it is a retry, whether it is held (a main row only
 		// when it was parked or backing off before migration 005), whether it
 		// is due (not parked, not backing off), and for a main row whether its
-		// key has held rows (it must wait for them).
+		// key has held rows (it must wait for them); last, whether the
+		// partition has any held row at all.
 		fetch: `WITH l AS (
 				SELECT cursor_txid, cursor_seq FROM {schema}.relay_partitions
 				WHERE partition = $1 AND owner = $2 AND token = $3 AND expires_at > now()),
@@ -87,17 +89,35 @@ func renderRelaySQL(schema string) relaySQL {
 					ELSE h.ordering_key IN (SELECT ordering_key FROM heads WHERE due) END
 				ORDER BY h.txid, h.seq
 				LIMIT $4)
-			SELECT true, seq, id, ordering_key, subject, payload, headers, created_at, attempts, true, due, false FROM retry
+			SELECT true, seq, id, ordering_key, subject, payload, headers, created_at, attempts, true, due, false,
+				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `)
+			FROM retry
 			UNION ALL (
 			SELECT false, o.seq, o.id, o.ordering_key, o.subject, o.payload, o.headers, o.created_at, o.attempts,
 				` + held("o") + `, o.parked_at IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()),
-				o.ordering_key <> '' AND o.ordering_key IN (SELECT ordering_key FROM heads)
+				o.ordering_key <> '' AND o.ordering_key IN (SELECT ordering_key FROM heads),
+				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `)
 			FROM {schema}.outbox o
 			WHERE o.partition = $1
 			AND (o.txid, o.seq) > ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
 			AND o.txid < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
 			ORDER BY o.txid, o.seq
 			LIMIT $4 - (SELECT count(*) FROM retry))`,
+
+		// fetch for a partition known to have no held rows: the main rows
+		// only, in the same shape.
+		fetchMain: `WITH l AS (
+				SELECT cursor_txid, cursor_seq FROM {schema}.relay_partitions
+				WHERE partition = $1 AND owner = $2 AND token = $3 AND expires_at > now())
+			SELECT false, o.seq, o.id, o.ordering_key, o.subject, o.payload, o.headers, o.created_at, o.attempts,
+				` + held("o") + `, o.parked_at IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()),
+				false, false
+			FROM {schema}.outbox o
+			WHERE o.partition = $1
+			AND (o.txid, o.seq) > ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
+			AND o.txid < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
+			ORDER BY o.txid, o.seq
+			LIMIT $4`,
 
 		// The happy path's only write: move the cursor to row $4, fenced by
 		// the lease token. Every row passed was acknowledged.
@@ -167,7 +187,7 @@ func renderRelaySQL(schema string) relaySQL {
 	}
 	for _, p := range []*string{
 		&q.ensurePartitions, &q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
-		&q.removeNode, &q.probe, &q.fetch, &q.advance, &q.settle, &q.deleteBatch, &q.oldest, &q.parked,
+		&q.removeNode, &q.probe, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.deleteBatch, &q.oldest, &q.parked,
 	} {
 		*p = pgsql.Render(*p, schema)
 	}

@@ -21,6 +21,12 @@ type worker struct {
 	token      int64
 	validUntil atomic.Int64 // relay clock; no publishing after it
 	lost       atomic.Bool
+	// clean is true while the partition is known to have no held rows, so
+	// that a batch needs no retry lookup. Only this worker writes held rows
+	// of its partition (Unpark and retention never make a row held), so it
+	// stays true until a batch leaves a row unacknowledged. Worker goroutine
+	// only.
+	clean bool
 	wake       chan struct{}
 	stop       chan struct{}
 	stopOnce   sync.Once
@@ -149,7 +155,7 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 		return false, nil // the lease loop renews it or gives it up
 	}
 	t0 := time.Now()
-	rows, err := r.fetch(ctx, w)
+	rows, anyHeld, err := r.fetch(ctx, w)
 	if err != nil || len(rows) == 0 {
 		return false, err
 	}
@@ -176,7 +182,15 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 
 	nfailed, err := r.settle(ctx, w, b)
 	if err != nil {
+		w.clean = false
 		return false, err
+	}
+	w.clean = w.clean || !anyHeld
+	for _, o := range b.outcome {
+		if o != acked {
+			w.clean = false // a row was held (or stayed held)
+			break
+		}
 	}
 	now := time.Now()
 	nacked := 0
@@ -351,13 +365,19 @@ func (r *Relay) brokerDown() bool {
 	return ok && !cp.Connected()
 }
 
-func (r *Relay) fetch(ctx context.Context, w *worker) ([]outboxRow, error) {
-	rows, err := r.pool.Query(ctx, r.sql.fetch, w.part, r.cfg.NodeID, w.token, r.cfg.BatchSize)
+// fetch reads a batch of w's partition; anyHeld reports held rows in the
+// partition when the retry lookup ran (false otherwise).
+func (r *Relay) fetch(ctx context.Context, w *worker) (out []outboxRow, anyHeld bool, err error) {
+	stmt := r.sql.fetch
+	if w.clean {
+		stmt = r.sql.fetchMain
+	}
+	rows, err := r.pool.Query(ctx, stmt, w.part, r.cfg.NodeID, w.token, r.cfg.BatchSize)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: fetch: %w", err)
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 	}
 	defer rows.Close()
-	out := make([]outboxRow, 0, r.cfg.BatchSize)
+	out = make([]outboxRow, 0, r.cfg.BatchSize)
 	var headers []byte // reused: only decoded, never kept
 	for rows.Next() {
 		out = append(out, outboxRow{})
@@ -366,19 +386,19 @@ func (r *Relay) fetch(ctx context.Context, w *worker) ([]outboxRow, error) {
 		// The ID is scanned as its 16 bytes: through uuid.UUID's
 		// sql.Scanner pgx would format it as text and parse it back.
 		if err := rows.Scan(&row.retry, &row.seq, (*[16]byte)(&row.msg.ID), &row.msg.Key, &row.msg.Subject, &row.msg.Payload,
-			&headers, &row.created, &row.attempts, &row.held, &row.due, &row.keyHeld); err != nil {
-			return nil, fmt.Errorf("outbox: fetch: %w", err)
+			&headers, &row.created, &row.attempts, &row.held, &row.due, &row.keyHeld, &anyHeld); err != nil {
+			return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 		}
 		if len(headers) > 0 {
 			if err := json.Unmarshal(headers, &row.msg.Headers); err != nil {
-				return nil, fmt.Errorf("outbox: row %d: headers: %w", row.seq, err)
+				return nil, false, fmt.Errorf("outbox: row %d: headers: %w", row.seq, err)
 			}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: fetch: %w", err)
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 	}
-	return out, nil
+	return out, anyHeld, nil
 }
 
 // waves splits the rows to send (indexes into rows, in commit order) into
