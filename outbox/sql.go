@@ -105,7 +105,10 @@ func renderRelaySQL(schema string) relaySQL {
 			LIMIT $4 - (SELECT count(*) FROM retry))`,
 
 		// fetch for a partition known to have no held rows: the main rows
-		// only, in the same shape.
+		// only, in the same shape. The limit is a subquery, unknown to the
+		// planner, as in fetch: the planner cannot estimate how many rows
+		// follow the cursor and, knowing the limit, would read and sort every
+		// row after it instead of walking the index and stopping at the limit.
 		fetchMain: `WITH l AS (
 				SELECT cursor_txid, cursor_seq FROM {schema}.relay_partitions
 				WHERE partition = $1 AND owner = $2 AND token = $3 AND expires_at > now())
@@ -117,7 +120,7 @@ func renderRelaySQL(schema string) relaySQL {
 			AND (o.txid, o.seq) > ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
 			AND o.txid < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
 			ORDER BY o.txid, o.seq
-			LIMIT $4`,
+			LIMIT (SELECT $4::int)`,
 
 		// The happy path's only write: move the cursor to row $4, fenced by
 		// the lease token. Every row passed was acknowledged.
@@ -174,7 +177,7 @@ func renderRelaySQL(schema string) relaySQL {
 				AND (o.txid, o.seq) <= ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
 				AND NOT ` + held("o") + `
 				ORDER BY o.txid, o.seq
-				LIMIT $3
+				LIMIT (SELECT $3::int) -- unknown to the planner: walk the index (see fetchMain)
 				FOR UPDATE SKIP LOCKED),
 			gone AS (
 				DELETE FROM {schema}.outbox o USING front f

@@ -26,11 +26,11 @@ type worker struct {
 	// of its partition (Unpark and retention never make a row held), so it
 	// stays true until a batch leaves a row unacknowledged. Worker goroutine
 	// only.
-	clean bool
-	wake       chan struct{}
-	stop       chan struct{}
-	stopOnce   sync.Once
-	done       chan struct{}
+	clean    bool
+	wake     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
 func newWorker(part int, token int64) *worker {
