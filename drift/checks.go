@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/outbox"
 )
 
 // check is one query yielding a figure.
@@ -27,19 +28,33 @@ func scalar(name, sql string, limit float64, schema string, args ...any) check {
 	}}
 }
 
+// backlog is a check on the outbox's unpublished rows, whose state follows
+// from the relay's cursors: the outbox package holds that query.
+func backlog(name string, limit float64, schema string, figure func(outbox.Backlog) float64) check {
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	return check{name: name, limit: limit, run: func(ctx context.Context, db pgsql.Querier) (Finding, error) {
+		if err != nil {
+			return Finding{}, err
+		}
+		b, err := ob.Backlog(ctx, db)
+		if err != nil {
+			return Finding{}, err
+		}
+		v := figure(b)
+		return Finding{Check: name, Value: v, Limit: limit, Drift: v > limit}, nil
+	}}
+}
+
 func secs(d time.Duration) float64 { return d.Seconds() }
 
 // builtins are the checks every deployment gets.
 func builtins(c Config) []check {
 	s := c.Schema
 	return []check{
-		scalar("outbox_backlog",
-			`SELECT count(*) FROM {schema}.outbox WHERE parked_at IS NULL`,
-			float64(c.MaxOutboxBacklog), s),
-		scalar("outbox_oldest_age_seconds",
-			`SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
-			   FROM {schema}.outbox WHERE parked_at IS NULL`,
-			secs(c.MaxOutboxAge), s),
+		backlog("outbox_backlog", float64(c.MaxOutboxBacklog), s,
+			func(b outbox.Backlog) float64 { return float64(b.Pending) }),
+		backlog("outbox_oldest_age_seconds", secs(c.MaxOutboxAge), s,
+			func(b outbox.Backlog) float64 { return b.OldestAge.Seconds() }),
 		scalar("outbox_parked",
 			`SELECT count(*) FROM {schema}.outbox WHERE parked_at IS NOT NULL`, 0, s),
 		scalar("effects_fired_past_lease",

@@ -36,17 +36,30 @@ type State struct {
 // Option configures Up, Status and SQL.
 type Option func(*options)
 
-type options struct{ schema string }
+type options struct {
+	schema string
+	target int
+}
 
 // WithSchema sets the schema oncekit's tables live in. Defaults to "oncekit".
 func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
+// WithTarget makes Up stop after migration version (for staged upgrades).
+// Defaults to every migration.
+func WithTarget(version int) Option { return func(o *options) { o.target = version } }
+
 func resolve(opts []Option) (string, error) {
+	schema, _, err := resolveAll(opts)
+	return schema, err
+}
+
+func resolveAll(opts []Option) (string, options, error) {
 	var o options
 	for _, fn := range opts {
 		fn(&o)
 	}
-	return pgsql.ValidateSchema(o.schema)
+	schema, err := pgsql.ValidateSchema(o.schema)
+	return schema, o, err
 }
 
 // All returns every embedded migration in version order.
@@ -110,7 +123,7 @@ func lockKey(schema string) int64 {
 // advisory lock, so concurrent callers wait and then find nothing to do, and a
 // failure leaves the schema as it was.
 func Up(ctx context.Context, db pgsql.Beginner, opts ...Option) ([]Migration, error) {
-	schema, err := resolve(opts)
+	schema, o, err := resolveAll(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +134,7 @@ func Up(ctx context.Context, db pgsql.Beginner, opts ...Option) ([]Migration, er
 	// A no-op after Commit; after a failure it ends the transaction even when
 	// ctx is done.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	applied, err := apply(ctx, tx, schema)
+	applied, err := apply(ctx, tx, schema, o.target)
 	if err != nil {
 		return nil, err
 	}
@@ -131,8 +144,9 @@ func Up(ctx context.Context, db pgsql.Beginner, opts ...Option) ([]Migration, er
 	return applied, nil
 }
 
-// apply takes the lock and applies the pending migrations in tx.
-func apply(ctx context.Context, tx pgx.Tx, schema string) ([]Migration, error) {
+// apply takes the lock and applies the pending migrations in tx, up to
+// target (0: all).
+func apply(ctx context.Context, tx pgx.Tx, schema string, target int) ([]Migration, error) {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
 		return nil, fmt.Errorf("migrations: lock: %w", err)
 	}
@@ -147,6 +161,9 @@ func apply(ctx context.Context, tx pgx.Tx, schema string) ([]Migration, error) {
 	for _, m := range All() {
 		if _, ok := done[m.Version]; ok {
 			continue
+		}
+		if target > 0 && m.Version > target {
+			break
 		}
 		if _, err := tx.Exec(ctx, pgsql.Render(m.SQL, schema)); err != nil {
 			return nil, fmt.Errorf("migrations: apply %03d_%s: %w", m.Version, m.Name, err)

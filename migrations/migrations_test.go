@@ -90,3 +90,18 @@ func TestSQLRendersSchema(t *testing.T) {
 	require.NotContains(t, sql, "{schema}")
 	require.Equal(t, len(migrations.All()), strings.Count(sql, "INSERT INTO \"billing_events\".schema_migrations"))
 }
+
+func TestUpStopsAtTarget(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDBAt(t, 4)
+	ctx := context.Background()
+	st, err := migrations.Status(ctx, db.Pool, migrations.WithSchema(db.Schema))
+	require.NoError(t, err)
+	for _, s := range st {
+		require.Equal(t, s.Version <= 4, s.AppliedAt != nil, "%03d_%s", s.Version, s.Name)
+	}
+	rest, err := migrations.Up(ctx, db.Pool, migrations.WithSchema(db.Schema))
+	require.NoError(t, err)
+	require.Len(t, rest, len(migrations.All())-4)
+	require.Equal(t, 5, rest[0].Version)
+}

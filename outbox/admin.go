@@ -40,20 +40,25 @@ type Entry struct {
 	Partition     int
 	Key           string
 	Subject       string
-	PayloadSize   *int // nil once published (the payload is not kept)
+	PayloadSize   *int // nil for a message published before migration 005 (its payload was not kept)
 	Headers       map[string]string
 	CreatedAt     time.Time
 	Attempts      int
 	NextAttemptAt *time.Time
 	LastError     string
 	ParkedAt      *time.Time
-	PublishedAt   *time.Time
+	// Published is true once the broker acknowledged the message.
+	Published bool
+	// PublishedAt is always nil: the time of publication is not recorded.
+	//
+	// Deprecated: use Published.
+	PublishedAt *time.Time
 }
 
 // State is the entry's state.
 func (e Entry) State() State {
 	switch {
-	case e.PublishedAt != nil:
+	case e.Published:
 		return StatePublished
 	case e.ParkedAt != nil:
 		return StateParked
@@ -62,23 +67,30 @@ func (e Entry) State() State {
 	}
 }
 
-const listSQL = `SELECT * FROM (
-	SELECT seq, id, partition, ordering_key, subject, length(payload) AS size, headers, created_at,
-		attempts, next_attempt_at, coalesce(last_error, '') AS last_error, parked_at, NULL::timestamptz AS published_at
-	FROM {schema}.outbox
-	WHERE CASE $1::text
+// listSQL selects by state ($1) at most $2 unpublished rows in publishing
+// order and $2 published ones, newest first. An admin query: it reads the
+// whole table.
+var listSQL = `WITH c AS (` + cursors + `),
+	s AS (
+		SELECT o.*, (o.txid, o.seq) <= (c.ct, c.cs) AND NOT ` + held("o") + ` AS published
+		FROM {schema}.outbox o JOIN c ON c.part = o.partition)
+	SELECT * FROM (
+	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END AS size, headers, created_at,
+		attempts, next_attempt_at, coalesce(last_error, '') AS last_error, parked_at, published
+	FROM s
+	WHERE NOT published AND CASE $1::text
 		WHEN 'pending' THEN parked_at IS NULL
 		WHEN 'parked' THEN parked_at IS NOT NULL
 		WHEN 'published' THEN false
 		ELSE true END
-	ORDER BY txid, seq LIMIT $2) o
+	ORDER BY txid, seq LIMIT $2) u
 	UNION ALL
 	SELECT * FROM (
-	SELECT seq, id, partition, ordering_key, subject, NULL::int, NULL::jsonb, created_at,
-		attempts, NULL::timestamptz, '', NULL::timestamptz, published_at
-	FROM {schema}.outbox_published
-	WHERE $1::text IN ('', 'published')
-	ORDER BY published_at DESC, seq DESC LIMIT $2) p`
+	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END, headers, created_at,
+		attempts, next_attempt_at, '', parked_at, published
+	FROM s
+	WHERE published AND $1::text IN ('', 'published')
+	ORDER BY txid DESC, seq DESC LIMIT $2) p`
 
 // List returns outbox messages: pending and parked ones in publishing order
 // (oldest first), then published ones (newest first), at most Limit of each.
@@ -99,7 +111,7 @@ func (o *Outbox) List(ctx context.Context, q pgsql.Querier, opts ListOptions) ([
 		var e Entry
 		var headers []byte
 		err := r.Scan(&e.Seq, &e.ID, &e.Partition, &e.Key, &e.Subject, &e.PayloadSize, &headers, &e.CreatedAt,
-			&e.Attempts, &e.NextAttemptAt, &e.LastError, &e.ParkedAt, &e.PublishedAt)
+			&e.Attempts, &e.NextAttemptAt, &e.LastError, &e.ParkedAt, &e.Published)
 		if err == nil && len(headers) > 0 {
 			err = json.Unmarshal(headers, &e.Headers)
 		}
@@ -107,7 +119,9 @@ func (o *Outbox) List(ctx context.Context, q pgsql.Querier, opts ListOptions) ([
 	})
 }
 
-const unparkSQL = `UPDATE {schema}.outbox SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+// unparkSQL makes parked rows due at once ('-infinity'): they stay held, so
+// that a row behind its partition's cursor is not taken for published.
+const unparkSQL = `UPDATE {schema}.outbox SET parked_at = NULL, next_attempt_at = '-infinity', attempts = 0
 	WHERE parked_at IS NOT NULL AND ($1::boolean OR id = ANY($2::uuid[]))`
 
 // Unpark releases the parked messages ids so that the relay tries them again

@@ -5,8 +5,10 @@
 // transaction (Enqueue), so the business change and its events commit
 // together or not at all. A Relay (NewRelay, Run) reads committed events and
 // publishes them, with the event ID as the broker's dedup ID (Nats-Msg-Id on
-// JetStream), and moves to outbox_published only what the broker
-// acknowledged (kept for RelayConfig.Retention, then deleted in batches).
+// JetStream). Each partition keeps a cursor: rows up to it have been read, and
+// those the broker acknowledged are published (kept for RelayConfig.Retention,
+// then deleted in batches); the others are held for a retry, parked, or wait
+// behind a blocked row of their key.
 //
 // Ordering is per ordering key: rows carry a partition (a stable hash of the
 // key), each partition is owned by one relay at a time through a lease with a

@@ -22,18 +22,26 @@ func (r *Relay) retentionLoop(ctx context.Context) {
 	}
 }
 
-// DeletePublished runs one retention pass: it deletes rows published more
-// than RelayConfig.Retention ago, in bounded batches, and returns how many.
+// DeletePublished runs one retention pass: it deletes published rows
+// enqueued more than RelayConfig.Retention ago, partition by partition in
+// batches of RetentionBatch, and returns how many. Retention counts from
+// Enqueue (created_at), not from publication: a message published late (after
+// an outage or once unparked) may be deleted sooner after it went out.
 func (r *Relay) DeletePublished(ctx context.Context) (int64, error) {
 	var total int64
-	for ctx.Err() == nil {
-		tag, err := r.pool.Exec(ctx, r.sql.deleteBatch, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch)
-		if err != nil {
-			return total, err
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(r.cfg.RetentionBatch) {
-			break
+	for p := 0; p < r.cfg.Partitions && ctx.Err() == nil; p++ {
+		for ctx.Err() == nil {
+			var looked, deleted int64
+			if err := r.pool.QueryRow(ctx, r.sql.deleteBatch, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch).
+				Scan(&looked, &deleted); err != nil {
+				return total, err
+			}
+			total += deleted
+			// Done with the partition once its oldest published rows
+			// include one within retention, or there are no more.
+			if deleted < looked || looked < int64(r.cfg.RetentionBatch) {
+				break
+			}
 		}
 	}
 	return total, ctx.Err()
@@ -56,8 +64,8 @@ func (r *Relay) refreshStats(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var age float64
-	var parked int64
-	if err := r.pool.QueryRow(ctx, r.sql.oldest).Scan(&age); err == nil {
+	var pending, parked int64
+	if err := r.pool.QueryRow(ctx, r.sql.oldest).Scan(&pending, &age); err == nil {
 		r.m.oldest.Set(age)
 	}
 	if err := r.pool.QueryRow(ctx, r.sql.parked).Scan(&parked); err == nil {

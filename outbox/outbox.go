@@ -55,15 +55,16 @@ type Outbox struct {
 	insertSQL  string
 	listSQL    string
 	unparkSQL  string
+	backlogSQL string
 }
 
 // EnqueueResult says what Enqueue did.
 type EnqueueResult struct {
 	// Inserted is the number of messages written.
 	Inserted int
-	// Duplicates lists the IDs that were already in the outbox, pending or
-	// published within the relay's Retention (or repeated within the call):
-	// for them Enqueue was a no-op.
+	// Duplicates lists the IDs that were already in the outbox, pending,
+	// parked or published and not yet deleted by the relay's retention (or
+	// repeated within the call): for them Enqueue was a no-op.
 	Duplicates []uuid.UUID
 }
 
@@ -97,6 +98,7 @@ func New(cfg *Config) (*Outbox, error) {
 		insertSQL:  pgsql.Render(insertSQL, schema),
 		listSQL:    pgsql.Render(listSQL, schema),
 		unparkSQL:  pgsql.Render(unparkSQL, schema),
+		backlogSQL: pgsql.Render(backlogSQL, schema),
 	}, nil
 }
 
@@ -107,7 +109,6 @@ INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, head
 SELECT m.id, m.partition, m.key, m.subject, m.payload, m.headers::jsonb
 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bytea[], $6::text[])
 	WITH ORDINALITY AS m(id, partition, key, subject, payload, headers, ord)
-WHERE NOT EXISTS (SELECT 1 FROM {schema}.outbox_published p WHERE p.id = m.id)
 ORDER BY m.ord
 ON CONFLICT (id) DO NOTHING
 RETURNING id`

@@ -59,14 +59,15 @@ type RelayConfig struct {
 	// BrokerBackoffMax caps the exponential backoff of a partition while the
 	// broker is unreachable. Defaults to 10s.
 	BrokerBackoffMax time.Duration
-	// DeleteOnPublish deletes rows once the broker acknowledged them instead
-	// of recording them in outbox_published for Retention. Slightly faster;
-	// the cost is that a replayed Enqueue of an already published ID is no
-	// longer recognised as a duplicate by the outbox (JetStream's dedup window
-	// and the consumers' inbox still absorb it). Defaults to false.
+	// DeleteOnPublish has no effect.
+	//
+	// Deprecated: the relay no longer writes published rows (it moves a
+	// cursor per partition), so deleting them as they go out would cost more
+	// than it saves. Use a short Retention instead.
 	DeleteOnPublish bool
-	// Retention is how long published messages stay in outbox_published
-	// before the retention loop deletes them. Defaults to 24h; negative
+	// Retention is how long published messages stay in the outbox, counted
+	// from their Enqueue, before the retention loop deletes them; until then
+	// Enqueue reports their IDs as duplicates. Defaults to 24h; negative
 	// disables the loop.
 	Retention time.Duration
 	// RetentionInterval is the period of the retention loop. Defaults to 1m.

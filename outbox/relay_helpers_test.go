@@ -37,7 +37,13 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	b := &bundle{db: testenv.NewDB(t), nats: testenv.NewNATS(t), name: testenv.Name(t)}
+	return setupDB(t, testenv.NewDB(t))
+}
+
+// setupDB is setup on db.
+func setupDB(t *testing.T, db *testenv.DB) *bundle {
+	t.Helper()
+	b := &bundle{db: db, nats: testenv.NewNATS(t), name: testenv.Name(t)}
 	b.subject = b.name + ".ev"
 	var err error
 	b.stream, err = natsjs.EnsureStream(context.Background(), b.nats.JS, natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
@@ -235,4 +241,22 @@ func (r *restartable) start() {
 	var err error
 	r.b.stream, err = connectJS(r.t, r.srv.ClientURL()).Stream(context.Background(), r.b.name)
 	require.NoError(r.t, err)
+}
+
+// backlog is the number of unpublished, unparked messages in b's outbox.
+func backlog(t *testing.T, b *bundle) int64 {
+	t.Helper()
+	bl, err := b.ob.Backlog(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	return bl.Pending
+}
+
+// publishedRows counts the rows behind their partition's cursor and not held.
+func publishedRows(t *testing.T, db *testenv.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox o
+		JOIN relay_partitions p ON p.partition = o.partition
+		WHERE (o.txid, o.seq) <= (p.cursor_txid, p.cursor_seq) AND o.parked_at IS NULL AND o.next_attempt_at IS NULL`).Scan(&n))
+	return n
 }

@@ -34,12 +34,9 @@ func TestRelayPublishesCommittedOnceAndNothingRolledBack(t *testing.T) {
 	pub, _ := publisher(t, b.nats.URL)
 	stop, reg := b.startRelay(t, pub, outbox.RelayConfig{})
 	waitCount(t, b.stream, 50, 20*time.Second)
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n))
-		return n == 0
-	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return backlog(t, b) == 0 }, 10*time.Second, 20*time.Millisecond)
 	stop()
+	require.Equal(t, 50, publishedRows(t, b.db), "published rows stay until retention")
 	require.EqualValues(t, 50, metricValue(t, reg, "oncekit_outbox_published_total"))
 
 	// Replaying an operation after its events went out is still a no-op.
@@ -179,47 +176,44 @@ func TestRelayBrokerOutageBacksOffAndLosesNothing(t *testing.T) {
 	require.Zero(t, parked, "an outage parks nothing")
 }
 
-func TestRetentionDeletesPublishedRowsInBatches(t *testing.T) {
+func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_published (id, seq, partition, ordering_key, subject, created_at, attempts, published_at)
-		SELECT gen_random_uuid(), g, 0, '', 's', now(), 1, now() - CASE WHEN g <= 25 THEN interval '2 hours' ELSE interval '1 minute' END
-		FROM generate_series(1, 30) g`)
-	require.NoError(t, err)
-	enqueue(t, b.db, b.ob, b.msg("", 99)) // pending: never touched
+	ins := func(sql string) {
+		_, err := b.db.Pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	// Partition 0, all enqueued two hours ago unless said otherwise: a row
+	// waiting for a retry, a parked one, then 30 published (the last 5
+	// enqueued a minute ago), all behind the cursor; then a pending one.
+	ins(`INSERT INTO outbox (id, partition, subject, payload, created_at, attempts, next_attempt_at)
+		VALUES (gen_random_uuid(), 0, 's', '', now() - interval '2 hours', 1, now() + interval '1 hour')`)
+	ins(`INSERT INTO outbox (id, partition, subject, payload, created_at, attempts, next_attempt_at, parked_at)
+		VALUES (gen_random_uuid(), 0, 's', '', now() - interval '2 hours', 10, now(), now())`)
+	ins(`INSERT INTO outbox (id, partition, subject, payload, created_at)
+		SELECT gen_random_uuid(), 0, 's', '', now() - CASE WHEN g <= 25 THEN interval '2 hours' ELSE interval '1 minute' END
+		FROM generate_series(1, 30) g ORDER BY g`)
+	ins(`INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+		SELECT 0, txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1`)
+	ins(`INSERT INTO outbox (id, partition, subject, payload, created_at) VALUES (gen_random_uuid(), 0, 's', '', now() - interval '2 hours')`)
+	require.Equal(t, 30, publishedRows(t, b.db))
+
 	pub, _ := publisher(t, testenvNATSURL(b))
 	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
 	require.NoError(t, err)
 	n, err := r.DeletePublished(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
-	var left int
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_published`).Scan(&left))
-	require.Equal(t, 5, left)
-	require.Equal(t, 1, countRows(t, b.db))
+	require.Equal(t, 5, publishedRows(t, b.db), "published within retention: kept")
+	require.Equal(t, 8, countRows(t, b.db), "held, parked and pending rows are never deleted")
+	require.EqualValues(t, 2, backlog(t, b))
+	n, err = r.DeletePublished(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }
 
 func testenvNATSURL(b *bundle) string { return b.nats.URL }
-
-func TestRelayDeleteOnPublishKeepsNoHistory(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	var msgs []broker.Message
-	for i := range 30 {
-		msgs = append(msgs, b.msg("k", i))
-	}
-	enqueue(t, b.db, b.ob, msgs...)
-	pub, _ := publisher(t, b.nats.URL)
-	b.startRelay(t, pub, outbox.RelayConfig{DeleteOnPublish: true})
-	waitCount(t, b.stream, 30, 20*time.Second)
-	require.Eventually(t, func() bool { return countRows(t, b.db) == 0 }, 10*time.Second, 20*time.Millisecond)
-	var kept int
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_published`).Scan(&kept))
-	require.Zero(t, kept)
-	requireExactlyOnceInOrder(t, readStream(t, b.stream), msgs)
-}
 
 func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
 	t.Parallel()

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +21,16 @@ type worker struct {
 	token      int64
 	validUntil atomic.Int64 // relay clock; no publishing after it
 	lost       atomic.Bool
-	wake       chan struct{}
-	stop       chan struct{}
-	stopOnce   sync.Once
-	done       chan struct{}
+	// clean is true while the partition is known to have no held rows, so
+	// that a batch needs no retry lookup. Only this worker writes held rows
+	// of its partition (Unpark and retention never make a row held), so it
+	// stays true until a batch leaves a row unacknowledged. Worker goroutine
+	// only.
+	clean    bool
+	wake     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
 func newWorker(part int, token int64) *worker {
@@ -117,16 +121,41 @@ type outboxRow struct {
 	attempts int
 	msg      broker.Message
 	created  time.Time
+	retry    bool // a held row read for its retry (behind the cursor)
+	held     bool // held before this batch: parked, backing off or following
+	due      bool // neither parked nor backing off
+	keyHeld  bool // a main row whose key has held rows
 }
 
-// processBatch reads, publishes and marks one batch of w's partition. full
+// outcome is what became of one row of a batch.
+type outcome uint8
+
+const (
+	notSent outcome = iota // not attempted: its key is blocked, or the lease ran short
+	acked                  // the broker acknowledged it
+	failed                 // the broker refused it: an attempt is counted
+)
+
+// batch is one fetched batch and what became of each row.
+type batch struct {
+	rows    []outboxRow
+	send    []int // rows to attempt, in order
+	outcome []outcome
+	errs    []error // of failed rows
+	lost    bool    // the lease ran short while publishing
+	down    bool    // nothing acknowledged, failures, broker unreachable: record nothing
+}
+
+func (b *batch) set(i int, o outcome, err error) { b.outcome[i], b.errs[i] = o, err }
+
+// processBatch reads, publishes and settles one batch of w's partition. full
 // reports a batch of BatchSize rows (more may be waiting).
 func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err error) {
 	if !r.leaseValid(w) {
 		return false, nil // the lease loop renews it or gives it up
 	}
 	t0 := time.Now()
-	rows, err := r.fetch(ctx, w)
+	rows, anyHeld, err := r.fetch(ctx, w)
 	if err != nil || len(rows) == 0 {
 		return false, err
 	}
@@ -134,37 +163,83 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 	full = len(rows) == r.cfg.BatchSize
 	r.m.batch.Observe(float64(len(rows)))
 
-	var acked []int64
-	var failed []failure
-	var lagged []time.Time
-	var down, lost bool
+	b := &batch{rows: rows, send: choose(rows), outcome: make([]outcome, len(rows)), errs: make([]error, len(rows))}
 	nwaves := 1
 	if cp, ok := r.pub.(chainPublisher); ok {
-		acked, failed, lagged, down = r.publishChained(ctx, w, cp, rows)
+		r.publishChained(ctx, w, cp, b)
 	} else {
-		acked, failed, lagged, down, lost, nwaves = r.publishWaves(ctx, w, rows)
+		nwaves = r.publishWaves(ctx, w, b)
 	}
-	if down {
+	if b.down {
 		return false, errBrokerDown
 	}
 	crashpoint.Hit("relay.after-publish")
 	t2 := time.Now()
 	defer func() {
-		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "waves", nwaves, "fetch", t1.Sub(t0), "publish", t2.Sub(t1), "mark", time.Since(t2))
+		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "sent", len(b.send), "waves", nwaves,
+			"fetch", t1.Sub(t0), "publish", t2.Sub(t1), "settle", time.Since(t2))
 	}()
 
-	if err := r.mark(ctx, w, acked, failed); err != nil {
+	nfailed, err := r.settle(ctx, w, b)
+	if err != nil {
+		w.clean = false
 		return false, err
 	}
+	w.clean = w.clean || !anyHeld
+	for _, o := range b.outcome {
+		if o != acked {
+			w.clean = false // a row was held (or stayed held)
+			break
+		}
+	}
 	now := time.Now()
-	for _, c := range lagged {
-		r.m.lag.Observe(now.Sub(c).Seconds())
+	nacked := 0
+	for i, o := range b.outcome {
+		if o == acked {
+			nacked++
+			r.m.lag.Observe(now.Sub(rows[i].created).Seconds())
+		}
 	}
-	r.m.published.Add(float64(len(acked)))
-	if lost {
-		return false, errLeaseLost
+	r.m.published.Add(float64(nacked))
+	return full && nfailed == 0 && !b.lost && r.leaseValid(w), nil
+}
+
+// choose picks the rows of a batch to attempt, in order. A key is blocked
+// for the rest of the batch from its first row that cannot go: a held row
+// that is not due, or a main row of a key with held rows that were not read
+// for a retry (their first one is not due).
+func choose(rows []outboxRow) []int {
+	send := make([]int, 0, len(rows))
+	var blocked, retried map[string]bool
+	block := func(k string) {
+		if k != "" {
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[k] = true
+		}
 	}
-	return full && len(failed) == 0 && r.leaseValid(w), nil
+	for i := range rows {
+		row := &rows[i]
+		k := row.msg.Key
+		switch {
+		case k != "" && blocked[k]:
+			continue
+		case !row.due:
+			block(k)
+			continue
+		case row.retry && k != "":
+			if retried == nil {
+				retried = map[string]bool{}
+			}
+			retried[k] = true
+		case row.keyHeld && !retried[k]:
+			block(k)
+			continue
+		}
+		send = append(send, i)
+	}
+	return send
 }
 
 // chainPublisher is implemented by publishers that can keep per-key order
@@ -182,92 +257,103 @@ func (r *Relay) publishCtx(ctx context.Context, w *worker) (context.Context, con
 	return context.WithTimeout(ctx, max(min(r.cfg.PublishTimeout, left), 0))
 }
 
-// publishChained publishes rows in one round, each key's rows chained.
-func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher, rows []outboxRow) (acked []int64, failed []failure, lagged []time.Time, down bool) {
-	msgs := make([]broker.Message, len(rows))
-	prev := make([]int, len(rows))
-	last := make(map[string]int, len(rows))
-	for i := range rows {
-		row := &rows[i]
-		msgs[i] = row.msg
-		prev[i] = -1
-		if k := row.msg.Key; k != "" {
-			if j, ok := last[k]; ok {
-				prev[i] = j
+// publishChained publishes the batch in one round, each key's rows chained.
+func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher, b *batch) {
+	msgs := make([]broker.Message, len(b.send))
+	prev := make([]int, len(b.send))
+	last := make(map[string]int, len(b.send))
+	for j, i := range b.send {
+		msgs[j] = b.rows[i].msg
+		prev[j] = -1
+		if k := msgs[j].Key; k != "" {
+			if p, ok := last[k]; ok {
+				prev[j] = p
 			}
-			last[k] = i
+			last[k] = j
 		}
 	}
 	pctx, cancel := r.publishCtx(ctx, w)
 	results := cp.PublishChain(pctx, msgs, prev)
 	cancel()
-	lost := !r.leaseValid(w)
-	skipped := make([]bool, len(rows))
-	acked = make([]int64, 0, len(rows))
-	lagged = make([]time.Time, 0, len(rows))
-	for i, res := range results {
+	b.lost = !r.leaseValid(w)
+	skipped := make([]bool, len(results))
+	for j, res := range results {
+		i := b.send[j]
 		switch {
 		case res.Err == nil:
-			acked = append(acked, rows[i].seq)
-			lagged = append(lagged, rows[i].created)
-		case prev[i] >= 0 && (skipped[prev[i]] || results[prev[i]].Err != nil):
-			skipped[i] = true // not attempted: blocked behind its key's failure
-		case lost:
-			skipped[i] = true // cut short by the lease: not the message's fault
+			b.set(i, acked, nil)
+		case prev[j] >= 0 && (skipped[prev[j]] || results[prev[j]].Err != nil):
+			skipped[j] = true // not attempted: blocked behind its key's failure
+		case b.lost:
+			skipped[j] = true // cut short by the lease: not the message's fault
 		default:
-			failed = append(failed, failure{seq: rows[i].seq, attempts: rows[i].attempts, err: res.Err})
+			b.set(i, failed, res.Err)
 		}
 	}
-	if len(acked) == 0 && len(failed) > 0 && r.brokerDown() {
-		return nil, nil, nil, true
-	}
-	return acked, failed, lagged, false
+	b.down = r.brokerWasDown(b)
 }
 
 // publishWaves is the fallback for publishers without PublishChain: rounds
 // holding at most one row per key, a key's next row sent in the next round.
-func (r *Relay) publishWaves(ctx context.Context, w *worker, rows []outboxRow) (acked []int64, failed []failure, lagged []time.Time, down, lost bool, nwaves int) {
+func (r *Relay) publishWaves(ctx context.Context, w *worker, b *batch) (nwaves int) {
 	blocked := map[string]bool{}
-	for _, wave := range waves(rows) {
-		batch := make([]outboxRow, 0, len(wave))
-		for _, row := range wave {
-			if row.msg.Key == "" || !blocked[row.msg.Key] {
-				batch = append(batch, row)
+	for _, wave := range waves(b.rows, b.send) {
+		round := make([]int, 0, len(wave))
+		for _, i := range wave {
+			if k := b.rows[i].msg.Key; k == "" || !blocked[k] {
+				round = append(round, i)
 			}
 		}
-		if len(batch) == 0 {
+		if len(round) == 0 {
 			continue
 		}
 		if !r.leaseValid(w) {
-			lost = true // publish nothing more; mark what was acked
+			b.lost = true // publish nothing more; settle what was acked
 			break
 		}
 		nwaves++
-		msgs := make([]broker.Message, len(batch))
-		for i, row := range batch {
-			msgs[i] = row.msg
+		msgs := make([]broker.Message, len(round))
+		for j, i := range round {
+			msgs[j] = b.rows[i].msg
 		}
 		pctx, cancel := r.publishCtx(ctx, w)
 		results := r.pub.Publish(pctx, msgs)
 		cancel()
 		okInRound := 0
-		for i, res := range results {
+		for j, res := range results {
+			i := round[j]
 			if res.Err == nil {
-				acked = append(acked, batch[i].seq)
-				lagged = append(lagged, batch[i].created)
+				b.set(i, acked, nil)
 				okInRound++
 				continue
 			}
-			failed = append(failed, failure{seq: batch[i].seq, attempts: batch[i].attempts, err: res.Err})
-			if k := batch[i].msg.Key; k != "" {
+			b.set(i, failed, res.Err)
+			if k := b.rows[i].msg.Key; k != "" {
 				blocked[k] = true // the rest of this key waits for the retry
 			}
 		}
-		if okInRound == 0 && len(acked) == 0 && r.brokerDown() {
-			return nil, nil, nil, true, false, nwaves
+		if okInRound == 0 && r.brokerWasDown(b) {
+			b.down = true
+			break
 		}
 	}
-	return acked, failed, lagged, false, lost, nwaves
+	return nwaves
+}
+
+// brokerWasDown reports a batch in which nothing was acknowledged and
+// something failed while the broker is unreachable: the failures are the
+// broker's, and nothing of the batch is recorded.
+func (r *Relay) brokerWasDown(b *batch) bool {
+	nfailed := 0
+	for _, o := range b.outcome {
+		switch o {
+		case acked:
+			return false
+		case failed:
+			nfailed++
+		}
+	}
+	return nfailed > 0 && r.brokerDown()
 }
 
 func (r *Relay) leaseValid(w *worker) bool {
@@ -279,13 +365,19 @@ func (r *Relay) brokerDown() bool {
 	return ok && !cp.Connected()
 }
 
-func (r *Relay) fetch(ctx context.Context, w *worker) ([]outboxRow, error) {
-	rows, err := r.pool.Query(ctx, r.sql.fetch, w.part, r.cfg.NodeID, w.token, r.cfg.BatchSize)
+// fetch reads a batch of w's partition; anyHeld reports held rows in the
+// partition when the retry lookup ran (false otherwise).
+func (r *Relay) fetch(ctx context.Context, w *worker) (out []outboxRow, anyHeld bool, err error) {
+	stmt := r.sql.fetch
+	if w.clean {
+		stmt = r.sql.fetchMain
+	}
+	rows, err := r.pool.Query(ctx, stmt, w.part, r.cfg.NodeID, w.token, r.cfg.BatchSize)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: fetch: %w", err)
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 	}
 	defer rows.Close()
-	out := make([]outboxRow, 0, r.cfg.BatchSize)
+	out = make([]outboxRow, 0, r.cfg.BatchSize)
 	var headers []byte // reused: only decoded, never kept
 	for rows.Next() {
 		out = append(out, outboxRow{})
@@ -293,131 +385,39 @@ func (r *Relay) fetch(ctx context.Context, w *worker) ([]outboxRow, error) {
 		headers = headers[:0]
 		// The ID is scanned as its 16 bytes: through uuid.UUID's
 		// sql.Scanner pgx would format it as text and parse it back.
-		if err := rows.Scan(&row.seq, (*[16]byte)(&row.msg.ID), &row.msg.Key, &row.msg.Subject, &row.msg.Payload, &headers, &row.created, &row.attempts); err != nil {
-			return nil, fmt.Errorf("outbox: fetch: %w", err)
+		if err := rows.Scan(&row.retry, &row.seq, (*[16]byte)(&row.msg.ID), &row.msg.Key, &row.msg.Subject, &row.msg.Payload,
+			&headers, &row.created, &row.attempts, &row.held, &row.due, &row.keyHeld, &anyHeld); err != nil {
+			return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 		}
 		if len(headers) > 0 {
 			if err := json.Unmarshal(headers, &row.msg.Headers); err != nil {
-				return nil, fmt.Errorf("outbox: row %d: headers: %w", row.seq, err)
+				return nil, false, fmt.Errorf("outbox: row %d: headers: %w", row.seq, err)
 			}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: fetch: %w", err)
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 	}
-	return out, nil
+	return out, anyHeld, nil
 }
 
-// waves splits rows (in commit order) into publish rounds holding at most one
-// row per ordering key, so that a key's next message is sent only after the
-// previous one was acknowledged. Rows without a key all go in the first round.
-func waves(rows []outboxRow) [][]outboxRow {
-	var out [][]outboxRow
+// waves splits the rows to send (indexes into rows, in commit order) into
+// publish rounds holding at most one row per ordering key, so that a key's
+// next message is sent only after the previous one was acknowledged. Rows
+// without a key all go in the first round.
+func waves(rows []outboxRow, send []int) [][]int {
+	var out [][]int
 	depth := map[string]int{}
-	for _, row := range rows {
-		i := 0
-		if row.msg.Key != "" {
-			i = depth[row.msg.Key]
-			depth[row.msg.Key] = i + 1
+	for _, i := range send {
+		k, d := rows[i].msg.Key, 0
+		if k != "" {
+			d = depth[k]
+			depth[k] = d + 1
 		}
-		if i == len(out) {
+		if d == len(out) {
 			out = append(out, nil)
 		}
-		out[i] = append(out[i], row)
+		out[d] = append(out[d], i)
 	}
 	return out
-}
-
-type failure struct {
-	seq      int64
-	attempts int
-	err      error
-}
-
-// mark records the batch's outcome in one round trip, fenced by the lease
-// token: acked rows are published, failed ones wait or are parked.
-func (r *Relay) mark(ctx context.Context, w *worker, acked []int64, failed []failure) error {
-	if len(acked) == 0 && len(failed) == 0 {
-		return nil
-	}
-	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	stmt := r.sql.markPublished
-	if r.cfg.DeleteOnPublish {
-		stmt = r.sql.deletePublished
-	}
-	checkMarked := func(marked int64) error {
-		if marked < int64(len(acked)) {
-			r.log.Warn("lease lost before marking; the new owner republishes (deduplicated)", "partition", w.part,
-				"acked", len(acked), "marked", marked)
-			return errLeaseLost
-		}
-		return nil
-	}
-	if len(failed) == 0 { // the common case: one statement, one round trip
-		var marked int64
-		if err := r.pool.QueryRow(mctx, stmt, w.part, r.cfg.NodeID, w.token, acked).Scan(&marked); err != nil {
-			return fmt.Errorf("outbox: mark published: %w", err)
-		}
-		return checkMarked(marked)
-	}
-	tx, err := r.pool.Begin(mctx)
-	if err != nil {
-		return fmt.Errorf("outbox: mark: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(mctx)) }()
-	if len(acked) > 0 {
-		var marked int64
-		if err := tx.QueryRow(mctx, stmt, w.part, r.cfg.NodeID, w.token, acked).Scan(&marked); err != nil {
-			return fmt.Errorf("outbox: mark published: %w", err)
-		}
-		if err := checkMarked(marked); err != nil {
-			return err
-		}
-	}
-	if len(failed) > 0 {
-		seqs := make([]int64, len(failed))
-		errs := make([]string, len(failed))
-		delays := make([]float64, len(failed))
-		for i, f := range failed {
-			seqs[i], errs[i] = f.seq, f.err.Error()
-			delays[i] = r.retryDelay(f.attempts).Seconds()
-		}
-		rows, err := tx.Query(mctx, r.sql.markFailed, w.part, r.cfg.NodeID, w.token, seqs, errs, delays, r.cfg.MaxAttempts)
-		if err != nil {
-			return fmt.Errorf("outbox: mark failed: %w", err)
-		}
-		parked := 0
-		for rows.Next() {
-			var p bool
-			if err := rows.Scan(&p); err != nil {
-				rows.Close()
-				return fmt.Errorf("outbox: mark failed: %w", err)
-			}
-			if p {
-				parked++
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("outbox: mark failed: %w", err)
-		}
-		r.m.failures.WithLabelValues("message").Add(float64(len(failed)))
-		r.log.Warn("publish failed; key blocked until retry", "partition", w.part, "failed", len(failed),
-			"parked", parked, "err", failed[0].err)
-	}
-	if err := tx.Commit(mctx); err != nil {
-		return fmt.Errorf("outbox: mark: %w", err)
-	}
-	return nil
-}
-
-// retryDelay is the wait before attempt n+1 of a failed message: exponential
-// from RetryInitial, capped at RetryMax, with ±20% jitter.
-func (r *Relay) retryDelay(n int) time.Duration {
-	d := float64(r.cfg.RetryInitial) * math.Pow(2, float64(n))
-	if d > float64(r.cfg.RetryMax) {
-		d = float64(r.cfg.RetryMax)
-	}
-	return time.Duration(d * (0.8 + 0.4*rand.Float64()))
 }

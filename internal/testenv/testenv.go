@@ -69,6 +69,13 @@ type DB struct {
 // too). The schema is dropped when the test ends.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
+	return NewDBAt(t, 0)
+}
+
+// NewDBAt is NewDB with the migrations applied up to version only (0: all),
+// for tests of an upgrade.
+func NewDBAt(t testing.TB, version int) *DB {
+	t.Helper()
 	ctx := context.Background()
 	schema := Name(t)
 	cfg, err := pgxpool.ParseConfig(DatabaseURL())
@@ -79,7 +86,7 @@ func NewDB(t testing.TB) *DB {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
-	_, err = migrations.Up(ctx, pool, migrations.WithSchema(schema))
+	_, err = migrations.Up(ctx, pool, migrations.WithSchema(schema), migrations.WithTarget(version))
 	require.NoError(t, err, "migrations on %s (is PostgreSQL up?)", DatabaseURL())
 	t.Cleanup(func() {
 		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA IF EXISTS %q CASCADE`, schema))
