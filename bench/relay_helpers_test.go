@@ -51,6 +51,8 @@ type relayWorld struct {
 	app     string        // application_name of pool's connections
 	cpu     time.Duration // this process's CPU time during the last drain
 	pgCPU   time.Duration // pool's PostgreSQL backends' CPU time during the last drain (0: not measured)
+
+	bareRate float64 // msgs/s of the bare JetStream drain paired with this one (0: none)
 }
 
 // relayBackendCPU is the CPU time the PostgreSQL backends of w.pool have used

@@ -31,9 +31,14 @@ import (
 // events from PostgreSQL into JetStream: oncekit's relay, watermill-sql's
 // Forwarder (same JetStream, TrackMsgId), and bare async JetStream publishing
 // with Nats-Msg-Id as the ceiling. One iteration is one whole drain.
+//
+// oncekit also reports x-jetstream: its rate over a bare JetStream drain of
+// the same events run just before it in the same iteration (untimed), so
+// that the ratio compares the two on the machine as it is at that moment,
+// not minutes apart on a machine whose speed drifts.
 func BenchmarkRelay(b *testing.B) {
 	n := relayEnvInt("ONCEKIT_BENCH_N", 100_000)
-	b.Run("oncekit", func(b *testing.B) { relayDrain(b, n, drainOncekit) })
+	b.Run("oncekit", func(b *testing.B) { relayDrain(b, n, pairedWithJetStream(n, drainOncekit)) })
 	if os.Getenv("ONCEKIT_BENCH_DBONLY") != "" {
 		b.Run("oncekit-dbonly", func(b *testing.B) { relayDrain(b, n, drainOncekitDBOnly) })
 	}
@@ -41,17 +46,40 @@ func BenchmarkRelay(b *testing.B) {
 	b.Run("jetstream", func(b *testing.B) { relayDrain(b, n, drainJetStream) })
 }
 
+// pairedWithJetStream returns drain preceded, in each iteration, by an
+// untimed bare JetStream drain of n events on a world of its own; drain's
+// world records the bare rate for relayDrain's x-jetstream.
+func pairedWithJetStream(n int, drain func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration) func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration {
+	return func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration {
+		b.StopTimer()
+		bw := newRelayWorld(b)
+		bare := drainJetStream(b, bw, relayEvents(bw.subject+".x", n))
+		b.StopTimer()
+		w.bareRate = float64(n) / bare.Seconds()
+		b.StartTimer()
+		return drain(b, w, msgs)
+	}
+}
+
 // relayDrain runs drain b.N times and reports msgs/s over the measured time.
 func relayDrain(b *testing.B, n int, drain func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration) {
 	var total, cpu, pgCPU time.Duration
+	var xBare float64
 	for range b.N {
 		b.StopTimer()
 		w := newRelayWorld(b)
 		msgs := relayEvents(w.subject+".x", n)
 		b.StartTimer()
-		total += drain(b, w, msgs)
+		took := drain(b, w, msgs)
+		total += took
 		cpu += w.cpu
 		pgCPU += w.pgCPU
+		if w.bareRate > 0 {
+			xBare += float64(n) / took.Seconds() / w.bareRate
+		}
+	}
+	if xBare > 0 {
+		b.ReportMetric(xBare/float64(b.N), "x-jetstream")
 	}
 	b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
 	// CPU of this process (relay or publisher, NATS client and the

@@ -32,14 +32,17 @@ func ratio(n, d float64) float64 { return n / d }
 
 var targets = []target{
 	{"relay oncekit/watermill", "BenchmarkRelay/oncekit msgs/s", "BenchmarkRelay/watermill msgs/s", ratio, ">=", 15},
-	{"relay oncekit/jetstream", "BenchmarkRelay/oncekit msgs/s", "BenchmarkRelay/jetstream msgs/s", ratio, ">=", 0.6},
+	// Against the raw limits, the ratio measured within each iteration (a
+	// bare run just before the contender's), whose median is steadier than
+	// the ratio of two medians taken minutes apart.
+	{"relay oncekit/jetstream", "BenchmarkRelay/oncekit x-jetstream", "", nil, ">=", 0.6},
 	{"relay-latency p50-ms", "BenchmarkRelayLatency/poll p50-ms", "", nil, "<=", 5},
 	{"relay-latency p99-ms", "BenchmarkRelayLatency/poll p99-ms", "", nil, "<=", 25},
 	{"consume oncekit-batch/watermill", "BenchmarkConsume/oncekit-batch msgs/s", "BenchmarkConsume/watermill msgs/s", ratio, ">=", 10},
 	{"consume dedup-overhead", "BenchmarkConsume/oncekit-batch msgs/s", "BenchmarkConsume/oncekit-noclaim msgs/s",
 		func(n, d float64) float64 { return 1 - n/d }, "<=", 0.20},
 	{"dispatch oncekit effects/s", "BenchmarkDispatch/oncekit effects/s", "", nil, ">=", 5000},
-	{"dispatch oncekit/bare-http", "BenchmarkDispatch/oncekit effects/s", "BenchmarkDispatch/bare-http effects/s", ratio, ">=", 0.5},
+	{"dispatch oncekit/bare-http", "BenchmarkDispatch/oncekit x-bare", "", nil, ">=", 0.5},
 	{"edge replay p50-ms", "BenchmarkEdge/replay p50-ms", "", nil, "<=", 1},
 	{"edge new-key extra round trips", "BenchmarkEdge/new-key pg-rt/req", "BenchmarkEdge/bare pg-rt/req",
 		func(n, d float64) float64 { return n - d }, "<=", 1},
