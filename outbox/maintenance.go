@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // retentionLoop deletes rows published more than Retention ago, in batches of
@@ -65,7 +67,7 @@ func (r *Relay) refreshStats(ctx context.Context) {
 	defer cancel()
 	var age float64
 	var pending, parked int64
-	if err := r.pool.QueryRow(ctx, r.sql.oldest).Scan(&pending, &age); err == nil {
+	if err := pgsql.QueryRowNoJIT(ctx, r.pool, r.sql.oldest, nil, &pending, &age); err == nil {
 		r.m.oldest.Set(age)
 	}
 	if err := r.pool.QueryRow(ctx, r.sql.parked).Scan(&parked); err == nil {

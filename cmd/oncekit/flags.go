@@ -73,6 +73,12 @@ func (d *dbFlags) open(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, usagef("--database-url: %v", err)
 	}
+	// oncekit's statements are short and indexed; JIT compilation only adds
+	// hundreds of milliseconds of CPU where a large table's estimates pass
+	// jit_above_cost. A jit setting in the URL wins.
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)

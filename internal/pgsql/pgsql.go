@@ -66,3 +66,29 @@ func IsUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
+
+// noJIT turns JIT compilation off for the rest of the implicit transaction
+// it runs in (or the explicit one, until it ends).
+const noJIT = `SELECT set_config('jit', 'off', true)`
+
+// batcher is implemented by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// QueryRowNoJIT runs a one-row query with JIT compilation off and scans the
+// row into dest. A count over a large table whose rows the planner cannot
+// estimate (rows after a cursor, say) is priced past jit_above_cost, and
+// PostgreSQL then spends hundreds of milliseconds compiling a query that
+// runs in one. On a q that sends batches the setting travels in the same
+// round trip; on any other q the query runs as it is.
+func QueryRowNoJIT(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
+	b, ok := q.(batcher)
+	if !ok {
+		return q.QueryRow(ctx, sql, args...).Scan(dest...)
+	}
+	batch := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	batch.Queue(noJIT)
+	batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return b.SendBatch(ctx, batch).Close()
+}

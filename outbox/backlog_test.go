@@ -1,0 +1,67 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// Backlog runs without JIT compilation even on a connection that would
+// compile every query (jit_above_cost 0, as a large outbox's estimates
+// would make it): compiling costs hundreds of milliseconds of CPU for a
+// query that runs in one.
+func TestBacklogIsNotJITCompiled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	for _, p := range []string{"jit_above_cost", "jit_optimize_above_cost", "jit_inline_above_cost"} {
+		cfg.ConnConfig.RuntimeParams[p] = "0"
+	}
+	cfg.ConnConfig.RuntimeParams["jit"] = "on"
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var available bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&available))
+	if !available {
+		t.Skip("this PostgreSQL has no JIT provider")
+	}
+	ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx,
+			broker.Message{ID: uuid.New(), Subject: "a.b", Key: "k1"},
+			broker.Message{ID: uuid.New(), Subject: "a.b", Key: "k2"},
+			broker.Message{ID: uuid.New(), Subject: "a.b"})
+		return err
+	}))
+	// The connection compiles: a small aggregate over the outbox takes the
+	// compiler's time.
+	start := time.Now()
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), min(created_at) FROM outbox WHERE parked_at IS NULL`).Scan(new(int64), new(*time.Time)))
+	compiled := time.Since(start)
+
+	start = time.Now()
+	for range 3 {
+		b, err := ob.Backlog(ctx, pool)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, b.Pending)
+	}
+	require.Less(t, time.Since(start), compiled, "three Backlog calls took longer than one compiled query")
+	// The setting was the statement's own: the connection compiles again.
+	var jit string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('jit')`).Scan(&jit))
+	require.Equal(t, "on", jit)
+}
