@@ -58,19 +58,31 @@ func envInt(name string, def int) int {
 //     same claim and insert (what a careful watermill user writes)
 //   - oncekit-noclaim: oncekit-batch with Config.DisableClaim, to price the
 //     dedup claim
+//
+// oncekit-batch also reports, per iteration, x-watermill and
+// claim-overhead: its rate against a watermill run and an oncekit-noclaim
+// run made just before it (untimed, on fresh schemas and streams of their
+// own), so that the ratios compare runs minutes apart at most, not a whole
+// benchmark apart on a machine whose speed drifts.
 func BenchmarkConsume(b *testing.B) {
 	for _, c := range []struct {
-		name string
-		run  func(b *testing.B, env *consumeEnv)
+		name   string
+		run    func(b *testing.B, env *consumeEnv)
+		paired bool
 	}{
-		{"oncekit-batch", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, false) }},
-		{"oncekit", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, 1, false) }},
-		{"watermill", func(b *testing.B, env *consumeEnv) { env.runWatermill(b) }},
-		{"oncekit-noclaim", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, true) }},
+		{"oncekit-batch", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, false) }, true},
+		{"oncekit", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, 1, false) }, false},
+		{"watermill", func(b *testing.B, env *consumeEnv) { env.runWatermill(b) }, false},
+		{"oncekit-noclaim", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, true) }, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
+				var wmRate, noClaimRate float64
+				if c.paired {
+					wmRate = untimedConsume(b, func(b *testing.B, env *consumeEnv) { env.runWatermill(b) })
+					noClaimRate = untimedConsume(b, func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, true) })
+				}
 				env := newConsumeEnv(b, consumeN())
 				pg0, pgOK := backendCPU(context.Background(), env.db.Pool, env.app)
 				cpu0 := processCPU()
@@ -82,7 +94,12 @@ func BenchmarkConsume(b *testing.B) {
 				cpu1 := processCPU()
 				pg1, pgOK1 := backendCPU(context.Background(), env.db.Pool, env.app)
 				env.check(b)
-				b.ReportMetric(float64(env.n)/elapsed.Seconds(), "msgs/s")
+				rate := float64(env.n) / elapsed.Seconds()
+				b.ReportMetric(rate, "msgs/s")
+				if c.paired {
+					b.ReportMetric(rate/wmRate, "x-watermill")
+					b.ReportMetric(1-rate/noClaimRate, "claim-overhead")
+				}
 				// CPU per message, which other load on a shared machine
 				// disturbs far less than the rate: this process (the
 				// consumer and the in-process NATS server) and PostgreSQL.
@@ -93,6 +110,18 @@ func BenchmarkConsume(b *testing.B) {
 			}
 		})
 	}
+}
+
+// untimedConsume runs one contender on a fresh environment with the
+// benchmark timer stopped, checks its effects, and returns its msgs/s.
+func untimedConsume(b *testing.B, run func(b *testing.B, env *consumeEnv)) float64 {
+	b.Helper()
+	env := newConsumeEnv(b, consumeN())
+	start := time.Now()
+	run(b, env)
+	elapsed := time.Since(start)
+	env.check(b)
+	return float64(env.n) / elapsed.Seconds()
 }
 
 // consumeEnv is one run's fresh schema and stream with N messages in it.
