@@ -364,10 +364,17 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 		// is called. Rows it did fire are recovered when their lease expires.
 		return 0, fmt.Errorf("sideeffect: claim: %w", err)
 	}
+	return handOut(claimed, !lookup, jobs), nil
+}
+
+// handOut queues committed claims for the callers and returns how many.
+// Rows the claim fired are counted first and pass the after-fired crash
+// point: committed, not yet called.
+func handOut(claimed []job, fired bool, jobs chan<- job) int {
 	if len(claimed) == 0 {
-		return 0, nil
+		return 0
 	}
-	if !lookup {
+	if fired {
 		for _, j := range claimed {
 			j.caps.m.fired.Inc()
 		}
@@ -376,7 +383,7 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 	for _, j := range claimed {
 		jobs <- j
 	}
-	return len(claimed), nil
+	return len(claimed)
 }
 
 // work calls providers for queued jobs.

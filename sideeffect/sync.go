@@ -171,17 +171,7 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 		return 0, fmt.Errorf("sideeffect: sync: %w", err)
 	}
 	d.count(done, k)
-	if len(claimed) == 0 {
-		return 0, nil
-	}
-	for _, j := range claimed {
-		j.caps.m.fired.Inc()
-	}
-	crashpoint.Hit("sideeffect.after-fired")
-	for _, j := range claimed {
-		jobs <- j
-	}
-	return len(claimed), nil
+	return handOut(claimed, true, jobs), nil
 }
 
 // count updates the metrics for committed outcomes; k is how many were sent.
