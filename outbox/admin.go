@@ -68,29 +68,41 @@ func (e Entry) State() State {
 }
 
 // listSQL selects by state ($1) at most $2 unpublished rows in publishing
-// order and $2 published ones, newest first. An admin query: it reads the
-// whole table.
+// order and $2 published ones, newest first. Published history can be large
+// (it is kept for Retention), so each partition is read through its index
+// from the cursor: forward for the rows after it, backward for the newest
+// published ones; held rows behind the cursor come from their small index.
 var listSQL = `WITH c AS (` + cursors + `),
-	s AS (
-		SELECT o.*, (o.txid, o.seq) <= (c.ct, c.cs) AND NOT ` + held("o") + ` AS published
-		FROM {schema}.outbox o JOIN c ON c.part = o.partition)
+	want AS (SELECT $1::text AS state),
+	u AS (
+		SELECT a.* FROM c, LATERAL (
+			SELECT o.* FROM {schema}.outbox o
+			WHERE o.partition = c.part AND (o.txid, o.seq) > (c.ct, c.cs)
+			AND (SELECT state FROM want) IN ('', 'pending', 'parked')
+			AND CASE (SELECT state FROM want) WHEN 'pending' THEN o.parked_at IS NULL
+				WHEN 'parked' THEN o.parked_at IS NOT NULL ELSE true END
+			ORDER BY o.txid, o.seq LIMIT $2) a
+		UNION ALL
+		SELECT o.* FROM {schema}.outbox o JOIN c ON c.part = o.partition
+		WHERE ` + held("o") + ` AND (o.txid, o.seq) <= (c.ct, c.cs)
+		AND (SELECT state FROM want) IN ('', 'pending', 'parked')
+		AND CASE (SELECT state FROM want) WHEN 'pending' THEN o.parked_at IS NULL
+			WHEN 'parked' THEN o.parked_at IS NOT NULL ELSE true END),
+	p AS (
+		SELECT a.* FROM c, LATERAL (
+			SELECT o.* FROM {schema}.outbox o
+			WHERE o.partition = c.part AND (o.txid, o.seq) <= (c.ct, c.cs) AND NOT ` + held("o") + `
+			AND (SELECT state FROM want) IN ('', 'published')
+			ORDER BY o.txid DESC, o.seq DESC LIMIT $2) a)
 	SELECT * FROM (
 	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END AS size, headers, created_at,
-		attempts, next_attempt_at, coalesce(last_error, '') AS last_error, parked_at, published
-	FROM s
-	WHERE NOT published AND CASE $1::text
-		WHEN 'pending' THEN parked_at IS NULL
-		WHEN 'parked' THEN parked_at IS NOT NULL
-		WHEN 'published' THEN false
-		ELSE true END
-	ORDER BY txid, seq LIMIT $2) u
+		attempts, next_attempt_at, coalesce(last_error, '') AS last_error, parked_at, false AS published
+	FROM u ORDER BY txid, seq LIMIT $2) u
 	UNION ALL
 	SELECT * FROM (
 	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END, headers, created_at,
-		attempts, next_attempt_at, '', parked_at, published
-	FROM s
-	WHERE published AND $1::text IN ('', 'published')
-	ORDER BY txid DESC, seq DESC LIMIT $2) p`
+		attempts, next_attempt_at, '', parked_at, true
+	FROM p ORDER BY txid DESC, seq DESC LIMIT $2) p`
 
 // List returns outbox messages: pending and parked ones in publishing order
 // (oldest first), then published ones (newest first), at most Limit of each.
