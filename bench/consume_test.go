@@ -90,6 +90,7 @@ func BenchmarkConsume(b *testing.B) {
 				start := time.Now()
 				c.run(b, env)
 				elapsed := time.Since(start)
+
 				b.StopTimer()
 				cpu1 := processCPU()
 				pg1, pgOK1 := backendCPU(context.Background(), env.db.Pool, env.app)
@@ -145,6 +146,12 @@ func newConsumeEnv(b *testing.B, n int) *consumeEnv {
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = env.app
 	cfg.MaxConns = env.db.Pool.Config().MaxConns
+	// Every contender's handler binds a uuid.UUID: encode it directly, as
+	// the oncekit consumer does on its own.
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		inbox.RegisterUUID(conn.TypeMap())
+		return nil
+	}
 	if env.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		b.Fatal(err)
 	}

@@ -358,7 +358,7 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome)
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, nil, err
 		}
-		return tx, claimed, nil
+		return withUUIDCodec(tx), claimed, nil
 	}
 	// Expect new messages (a plain INSERT) unless a duplicate was seen
 	// lately; a duplicate makes the plain INSERT fail, and the claim is
@@ -377,7 +377,17 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome)
 	} else if !expectNew {
 		c.conflictCooldown.Add(-1)
 	}
-	return tx, claimed, nil
+	return withUUIDCodec(tx), claimed, nil
+}
+
+// withUUIDCodec registers RegisterUUID's codec on tx's connection (once per
+// connection), so a handler binding msg.ID to a uuid parameter pays no text
+// round trip.
+func withUUIDCodec(tx pgx.Tx) pgx.Tx {
+	if conn := tx.Conn(); conn != nil {
+		pgsql.RegisterUUID(conn.TypeMap())
+	}
+	return tx
 }
 
 // conflictCooldown is how many transactions claim with ON CONFLICT after a

@@ -135,6 +135,7 @@ func (in *Inbox) Handler(h HandlerFunc) message.HandlerFunc {
 			in.failed.Add(1)
 			return nil, fmt.Errorf("inboxwm: begin: %w", err)
 		}
+		inbox.RegisterUUID(tx.Conn().TypeMap()) // the handler's uuid.UUID arguments, encoded directly
 		rollback := func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }
 		claimed, err := in.store.Claim(ctx, tx, in.cfg.Name, id)
 		if err != nil {
