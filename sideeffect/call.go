@@ -40,11 +40,10 @@ func (d *Dispatcher) release(j job) outcome {
 	return o
 }
 
-// do calls the provider (or its lookup) and classifies the result.
+// do calls the provider (or its lookup) and classifies the result. ctx is
+// not cancelled by shutdown (see work).
 func (d *Dispatcher) do(ctx context.Context, j job) outcome {
-	// Calls outlive a shutdown request: an abandoned call is an unknown
-	// outcome, while a finished one is recorded.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
 	defer cancel()
 	c := j.call
 	o := outcome{id: c.ID, attempt: c.Attempt, kind: c.Kind}

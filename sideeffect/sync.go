@@ -41,6 +41,7 @@ func (d *Dispatcher) syncLoop(ctx context.Context, jobs chan<- job, results <-ch
 		open = gather(results, &batch, d.cfg.FlushSize) && open
 		n := 0
 		if claiming && !polling {
+			d.sizeClaims(len(batch))
 			minN := d.minClaim
 			if d.inflight.Load() == 0 {
 				minN = 1
@@ -142,13 +143,16 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 	done := make([]applied, 0, k)
 	err = d.exec(qctx, d.sql.sync, []any{d.cfg.ID, d.cfg.Lease, d.kinds, n, ids, attempts, states, refs, errs, delays},
 		func(rows pgx.Rows) error {
+			// One set of scan targets for the whole round: declared per row,
+			// they and the argument slice escaped to the heap for every row.
+			var isClaim bool
+			var j job
+			var a applied
+			c := &j.call
+			dest := []any{&isClaim, &c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt, &a.state, &a.firedFor}
 			for rows.Next() {
-				var isClaim bool
-				var j job
-				var a applied
-				c := &j.call
-				if err := rows.Scan(&isClaim, &c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt,
-					&a.state, &a.firedFor); err != nil {
+				c.Payload = nil // scanned into a new slice, not over the last row's
+				if err := rows.Scan(dest...); err != nil {
 					return err
 				}
 				if isClaim {
@@ -156,8 +160,7 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 					claimed = append(claimed, j)
 					continue
 				}
-				a.kind, a.attempt = c.Kind, c.Attempt
-				done = append(done, a)
+				done = append(done, applied{kind: c.Kind, attempt: c.Attempt, state: a.state, firedFor: a.firedFor})
 			}
 			return rows.Err()
 		})
