@@ -3,6 +3,7 @@ package sideeffect
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,7 @@ import (
 // committing outcomes until results is closed.
 func (d *Dispatcher) syncLoop(ctx context.Context, jobs chan<- job, results <-chan outcome, stoppedClaiming func()) {
 	batch := make([]outcome, 0, d.cfg.FlushSize)
+	var buf roundBuf
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	claiming, polling := true, true // polling: waiting for the poll timer before claiming
@@ -75,7 +77,7 @@ func (d *Dispatcher) syncLoop(ctx context.Context, jobs chan<- job, results <-ch
 			}
 			continue
 		}
-		got, err := d.round(ctx, batch, n, jobs)
+		got, err := d.round(ctx, batch, n, jobs, &buf)
 		batch = batch[:0]
 		if n > 0 {
 			d.setErr(err)
@@ -106,6 +108,13 @@ func gather(results <-chan outcome, batch *[]outcome, limit int) bool {
 	return true
 }
 
+// roundBuf holds a sync loop's buffers for claimed rows and committed
+// outcomes, reused round after round: a claim can take a thousand rows.
+type roundBuf struct {
+	claimed []job
+	done    []applied
+}
+
 // applied is an outcome the round committed.
 type applied struct {
 	kind, state string
@@ -118,7 +127,7 @@ type applied struct {
 // back the slots they did not fill. A failed round leaves the outcomes'
 // rows fired (their leases expire and recovery retries with the same keys)
 // and claims nothing.
-func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs chan<- job) (got int, err error) {
+func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs chan<- job, buf *roundBuf) (got int, err error) {
 	defer func() { d.inflight.Add(int64(got - n)) }()
 	k := len(batch)
 	ids := make([]int64, k)
@@ -139,8 +148,13 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 	// unknown. Rows claimed after ctx ended are put back by the workers.
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	claimed := make([]job, 0, n) // sized once: a job is ~150 bytes, regrowing copied each about twice
-	done := make([]applied, 0, k)
+	claimed := slices.Grow(buf.claimed[:0], n) // sized once: a job is ~150 bytes, regrowing copied each about twice
+	done := slices.Grow(buf.done[:0], k)
+	defer func() {
+		// Queued by value: the buffers are reused, without the rows' payloads.
+		clear(claimed)
+		buf.claimed, buf.done = claimed[:0], done[:0]
+	}()
 	err = d.exec(qctx, d.sql.sync, []any{d.cfg.ID, d.cfg.Lease, d.kinds, n, ids, attempts, states, refs, errs, delays},
 		func(rows pgx.Rows) error {
 			// One set of scan targets for the whole round: declared per row,
