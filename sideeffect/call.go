@@ -43,7 +43,7 @@ func (d *Dispatcher) release(j job) outcome {
 // do calls the provider (or its lookup) and classifies the result. ctx is
 // not cancelled by shutdown (see work).
 func (d *Dispatcher) do(ctx context.Context, j job) outcome {
-	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, j.caps.timeout)
 	defer cancel()
 	c := j.call
 	o := outcome{id: c.ID, attempt: c.Attempt, kind: c.Kind}

@@ -210,7 +210,7 @@ func NewDispatcher(db pgsql.DB, providers map[string]Provider, cfg *DispatcherCo
 		if p == nil {
 			return nil, fmt.Errorf("sideeffect: NewDispatcher: nil provider for kind %q", kind)
 		}
-		cp := capabilitiesOf(p)
+		cp := capabilitiesOf(p, c.CallTimeout)
 		cp.m = m.forKind(kind)
 		d.caps[kind] = &cp
 		d.kinds = append(d.kinds, kind)

@@ -217,3 +217,44 @@ func TestExpiredLeaseRefiresWithSameKey(t *testing.T) {
 	rc.check(t, keys)
 	require.Equal(t, 2, b.rowByKey(t, keys[0]).Attempts)
 }
+
+// boundedProvider bounds its calls itself and records the deadline each
+// call's context carries.
+type boundedProvider struct {
+	bound time.Duration
+	left  chan time.Duration
+}
+
+func (p *boundedProvider) CallBound() time.Duration { return p.bound }
+
+func (p *boundedProvider) Call(ctx context.Context, _ sideeffect.Call) (string, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		p.left <- -1
+	} else {
+		p.left <- time.Until(dl)
+	}
+	return "r", nil
+}
+
+// A provider bounding its own calls (sideeffect.Bounded) gets that bound as
+// its context's deadline when it is shorter than CallTimeout, so it needs no
+// timer of its own; a longer bound leaves CallTimeout in force.
+func TestCallDeadlineIsTheShorterBound(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		bound, atMost, atLeast time.Duration
+	}{
+		{bound: 800 * time.Millisecond, atMost: 800 * time.Millisecond, atLeast: 100 * time.Millisecond},
+		{bound: time.Minute, atMost: 5 * time.Second, atLeast: 4 * time.Second}, // CallTimeout is 5 s
+	} {
+		b := setup(t)
+		b.record(t, "order.paid", 1)
+		p := &boundedProvider{bound: c.bound, left: make(chan time.Duration, 1)}
+		start(t, b, map[string]sideeffect.Provider{"order.paid": p}, fastConfig(b))
+		left := <-p.left
+		require.LessOrEqual(t, left, c.atMost, "bound %s", c.bound)
+		require.GreaterOrEqual(t, left, c.atLeast, "bound %s", c.bound)
+		b.waitState(t, sideeffect.StateConfirmed, 1, 10*time.Second)
+	}
+}

@@ -66,6 +66,14 @@ type Looker interface {
 	Lookup(ctx context.Context, key string) (ref string, found bool, err error)
 }
 
+// Bounded is implemented by a Provider that bounds each call itself.
+// The dispatcher then gives a call the shorter of CallTimeout and
+// CallBound as its deadline, so the provider's own bound is already in
+// the context and one timer covers the call, not two.
+type Bounded interface {
+	CallBound() time.Duration
+}
+
 // ErrDuplicate marks a successful call that the provider reports as a
 // replay: it had already acted on this key, and ref is the original
 // reference. Return it (wrapped or not) together with the ref; the effect
@@ -136,12 +144,18 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 type capabilities struct {
 	provider    Provider
 	honoursKeys bool
-	looker      Looker       // nil when none
-	m           *kindMetrics // set by NewDispatcher
+	looker      Looker        // nil when none
+	timeout     time.Duration // bounds each call: CallTimeout or a shorter CallBound
+	m           *kindMetrics  // set by NewDispatcher
 }
 
-func capabilitiesOf(p Provider) capabilities {
-	c := capabilities{provider: p, honoursKeys: true}
+func capabilitiesOf(p Provider, callTimeout time.Duration) capabilities {
+	c := capabilities{provider: p, honoursKeys: true, timeout: callTimeout}
+	if b, ok := p.(Bounded); ok {
+		if d := b.CallBound(); d > 0 && d < callTimeout {
+			c.timeout = d
+		}
+	}
 	if kh, ok := p.(KeyHonourer); ok {
 		c.honoursKeys = kh.HonoursKeys()
 	}

@@ -64,6 +64,7 @@ type Config struct {
 // sideeffect.Provider and sideeffect.KeyHonourer.
 type Provider struct {
 	cfg    Config
+	url    *url.URL // Config.URL, parsed
 	key    []byte
 	signer *signer
 	client *http.Client
@@ -107,7 +108,7 @@ func New(cfg *Config) (*Provider, error) {
 		h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
 	}
 	c.Header = h
-	p := &Provider{cfg: c, client: c.Client}
+	p := &Provider{cfg: c, client: c.Client, url: u}
 	if c.Secret != "" {
 		if p.key, err = ParseSecret(c.Secret); err != nil {
 			return nil, fmt.Errorf("webhook: Config.Secret: %w", err)
@@ -132,6 +133,11 @@ func NewClient(maxConns int) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
+
+// CallBound returns Config.Timeout: a dispatcher whose CallTimeout is
+// longer bounds its calls to this provider by it (sideeffect.Bounded), and
+// Call then needs no timer of its own.
+func (p *Provider) CallBound() time.Duration { return p.cfg.Timeout }
 
 // HonoursKeys reports whether the receiver dedups on the key (not
 // Config.KeysIgnored).
@@ -163,10 +169,14 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.Timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(c.Payload))
+	// The URL was parsed once, in New: the request gets a copy of it rather
+	// than parsing Config.URL again on every call.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(c.Payload))
 	if err != nil {
 		return "", sideeffect.Definite(fmt.Errorf("webhook: build request: %w", err))
 	}
+	u := *p.url
+	req.URL, req.Host = &u, u.Host
 	ts := strconv.FormatInt(now.Unix(), 10)
 	// Canonical keys written directly (no per-call canonicalisation), the
 	// values sharing one backing array.

@@ -43,17 +43,21 @@ func TestRequestCarriesKeyAndSignature(t *testing.T) {
 	key, _ := webhook.ParseSecret(secret)
 	var got http.Header
 	var body []byte
+	var target, host string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = r.Header.Clone()
 		body, _ = io.ReadAll(r.Body)
+		target, host = r.RequestURI, r.Host
 		w.Header().Set("Webhook-Ref", "evt_1")
 	}))
 	defer srv.Close()
-	p, err := webhook.New(&webhook.Config{URL: srv.URL, Secret: secret, Header: http.Header{"Authorization": {"Bearer t"}}})
+	p, err := webhook.New(&webhook.Config{URL: srv.URL + "/hooks/orders?tenant=a%20b", Secret: secret, Header: http.Header{"Authorization": {"Bearer t"}}})
 	require.NoError(t, err)
 	ref, err := call(t, p)
 	require.NoError(t, err)
 	require.Equal(t, "evt_1", ref)
+	require.Equal(t, "/hooks/orders?tenant=a%20b", target)
+	require.Equal(t, srv.Listener.Addr().String(), host)
 	require.Equal(t, `{"a":1}`, string(body))
 	require.Equal(t, "k-123", got.Get("Idempotency-Key"))
 	require.Equal(t, "k-123", got.Get("webhook-id"))
