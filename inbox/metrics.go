@@ -82,3 +82,32 @@ func (m *metrics) updateRatio() {
 		m.hitRatio.Set(float64(d) / float64(p+d))
 	}
 }
+
+// Metrics records a consumer's inbox series (namespace oncekit, subsystem
+// inbox, label consumer) for code that claims through a Store outside a
+// Consumer, such as the watermill adapter (package inbox/watermill): the
+// series a Consumer reports, so that one dashboard covers both. Several may
+// share a registerer.
+type Metrics struct{ m *metrics }
+
+// NewMetrics returns consumer's series on reg; a nil reg counts without
+// exporting.
+func NewMetrics(reg prometheus.Registerer, consumer string) *Metrics {
+	return &Metrics{m: newMetrics(reg, consumer)}
+}
+
+// Processed counts a message whose handler committed.
+func (m *Metrics) Processed() { m.m.addProcessed(1); m.m.updateRatio() }
+
+// Duplicate counts a message acknowledged as a duplicate of a claim.
+func (m *Metrics) Duplicate() { m.m.addDuplicates(1); m.m.updateRatio() }
+
+// Retried counts a failure handed back to the broker for redelivery.
+func (m *Metrics) Retried() { m.m.retried.Inc() }
+
+// DeadLettered counts a dead letter. kind is one of the Consumer's reason
+// labels: "permanent", "max_attempts", "no_id" or "invalid_id".
+func (m *Metrics) DeadLettered(kind string) { m.m.deadLettered.WithLabelValues(kind).Inc() }
+
+// HandlerSeconds observes the time one handler call took.
+func (m *Metrics) HandlerSeconds(seconds float64) { m.m.handlerSeconds.Observe(seconds) }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
@@ -36,6 +38,12 @@ type Config struct {
 	MessageID func(*message.Message) (uuid.UUID, error)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Registerer receives the adapter's metrics: the series an
+	// inbox.Consumer reports (namespace oncekit, subsystem inbox, label
+	// consumer = Name), processed, duplicates, retried (every error handed
+	// back to watermill), dead-lettered and handler seconds. Nil means no
+	// metrics.
+	Registerer prometheus.Registerer
 }
 
 // ErrNoMessageID is returned by DefaultMessageID for a message without a
@@ -65,6 +73,7 @@ type Inbox struct {
 	cfg   Config
 	store *inbox.Store
 	log   *slog.Logger
+	m     *inbox.Metrics
 
 	processed, duplicates, deadLettered, failed atomic.Int64
 }
@@ -92,7 +101,8 @@ func New(db pgsql.DB, cfg *Config) (*Inbox, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &Inbox{db: db, cfg: c, store: store, log: c.Logger.With("consumer", c.Name)}, nil
+	return &Inbox{db: db, cfg: c, store: store, log: c.Logger.With("consumer", c.Name),
+		m: inbox.NewMetrics(c.Registerer, c.Name)}, nil
 }
 
 // Stats are an Inbox's counts since it was created.
@@ -127,12 +137,12 @@ func (in *Inbox) Handler(h HandlerFunc) message.HandlerFunc {
 		log := in.log.With("watermill_uuid", msg.UUID, "subject", message.SubscribeTopicFromCtx(ctx))
 		id, err := in.cfg.MessageID(msg)
 		if err != nil {
-			return nil, in.deadLetter(ctx, log, msg, "", err.Error())
+			return nil, in.deadLetter(ctx, log, msg, "", err.Error(), "invalid_id")
 		}
 		log = log.With("message_id", id)
 		tx, err := in.db.Begin(ctx)
 		if err != nil {
-			in.failed.Add(1)
+			in.fail()
 			return nil, fmt.Errorf("inboxwm: begin: %w", err)
 		}
 		inbox.RegisterUUID(tx.Conn().TypeMap()) // the handler's uuid.UUID arguments, encoded directly
@@ -140,31 +150,41 @@ func (in *Inbox) Handler(h HandlerFunc) message.HandlerFunc {
 		claimed, err := in.store.Claim(ctx, tx, in.cfg.Name, id)
 		if err != nil {
 			rollback()
-			in.failed.Add(1)
+			in.fail()
 			return nil, err
 		}
 		if !claimed {
 			rollback()
+			in.m.Duplicate() // series before Stats, which tests wait on
 			in.duplicates.Add(1)
 			log.Debug("inbox duplicate acknowledged")
 			return nil, nil
 		}
+		start := time.Now()
 		out, herr := call(ctx, tx, msg, h)
+		in.m.HandlerSeconds(time.Since(start).Seconds())
 		if herr != nil {
 			rollback()
 			if inbox.IsPermanent(herr) {
-				return nil, in.deadLetter(ctx, log, msg, id.String(), herr.Error())
+				return nil, in.deadLetter(ctx, log, msg, id.String(), herr.Error(), "permanent")
 			}
-			in.failed.Add(1)
+			in.fail()
 			return nil, herr
 		}
 		if err := tx.Commit(ctx); err != nil {
-			in.failed.Add(1)
+			in.fail()
 			return nil, fmt.Errorf("inboxwm: commit (the redelivery settles it): %w", err)
 		}
+		in.m.Processed()
 		in.processed.Add(1)
 		return out, nil
 	}
+}
+
+// fail counts an error handed back to watermill, which redelivers.
+func (in *Inbox) fail() {
+	in.m.Retried()
+	in.failed.Add(1)
 }
 
 // ownedTx is the handler's view of the transaction: everything but ending it.
@@ -184,7 +204,7 @@ func call(ctx context.Context, tx pgx.Tx, msg *message.Message, h HandlerFunc) (
 
 // deadLetter writes msg to dead_letters (no claim) and returns nil so that
 // watermill acks it, or the write's error so that it is redelivered.
-func (in *Inbox) deadLetter(ctx context.Context, log *slog.Logger, msg *message.Message, id, reason string) error {
+func (in *Inbox) deadLetter(ctx context.Context, log *slog.Logger, msg *message.Message, id, reason, kind string) error {
 	headers := make(map[string][]string, len(msg.Metadata))
 	for k, v := range msg.Metadata {
 		headers[k] = []string{v}
@@ -197,9 +217,10 @@ func (in *Inbox) deadLetter(ctx context.Context, log *slog.Logger, msg *message.
 		Payload: msg.Payload, Headers: headers, Reason: reason, Attempts: 1,
 	})
 	if err != nil {
-		in.failed.Add(1)
+		in.fail()
 		return err
 	}
+	in.m.DeadLettered(kind)
 	in.deadLettered.Add(1)
 	log.Warn("inbox message dead-lettered", "reason", reason)
 	return nil

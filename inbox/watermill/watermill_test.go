@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -47,7 +48,8 @@ func TestWatermillSQLSubscriber(t *testing.T) {
 	}, logger)
 	require.NoError(t, err)
 
-	in, err := inboxwm.New(db.Pool, &inboxwm.Config{Name: "billing", Schema: db.Schema})
+	reg := prometheus.NewRegistry()
+	in, err := inboxwm.New(db.Pool, &inboxwm.Config{Name: "billing", Schema: db.Schema, Registerer: reg})
 	require.NoError(t, err)
 	var flakyCalls atomic.Int32
 	h := in.NoPublishHandler(func(ctx context.Context, tx pgx.Tx, msg *message.Message) error {
@@ -100,6 +102,18 @@ func TestWatermillSQLSubscriber(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	require.EqualValues(t, 1, in.Stats().Failed, "the flaky handler failed once")
 	require.EqualValues(t, 2, flakyCalls.Load())
+
+	// The same series an inbox.Consumer reports.
+	series := func(name string, labels ...string) float64 {
+		return testenv.Metric(t, reg, "oncekit_inbox_"+name, append([]string{"consumer", "billing"}, labels...)...)
+	}
+	require.EqualValues(t, 2, series("processed_total"))
+	require.EqualValues(t, 1, series("duplicates_total"))
+	require.EqualValues(t, 1, series("retried_total"))
+	require.EqualValues(t, 1, series("dead_lettered_total", "reason", "permanent"))
+	require.EqualValues(t, 1, series("dead_lettered_total", "reason", "invalid_id"))
+	require.EqualValues(t, 4, series("handler_seconds"), "paid, flaky twice, poison")
+	require.InDelta(t, 1.0/3, series("dedup_hit_ratio"), 1e-9)
 
 	var n, paid, flakyN int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE message_id = $1), count(*) FILTER (WHERE payload = '"flaky"') FROM effects`, event).Scan(&n, &paid, &flakyN))
