@@ -51,3 +51,19 @@ func backendCPU(ctx context.Context, pool *pgxpool.Pool, app string) (cpu time.D
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond, rows.Err() == nil // USER_HZ = 100
 }
+
+// idleTicks reads the machine's idle (and I/O wait) ticks and its total
+// ticks from /proc/stat: over a pass, their ratio shows whether the pass
+// kept both cores busy, which a rate on a shared machine depends on.
+func idleTicks() (idle, total int64) {
+	b, _ := os.ReadFile("/proc/stat")
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:]
+	for i, v := range f {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		total += n
+		if i == 3 || i == 4 {
+			idle += n
+		}
+	}
+	return
+}

@@ -40,11 +40,9 @@ func (d *Dispatcher) release(j job) outcome {
 	return o
 }
 
-// do calls the provider (or its lookup) and classifies the result. ctx is
-// not cancelled by shutdown (see work).
-func (d *Dispatcher) do(ctx context.Context, j job) outcome {
-	cctx, cancel := context.WithTimeout(ctx, j.caps.timeout)
-	defer cancel()
+// do calls the provider (or its lookup) with ctx, which bounds the call and
+// is not cancelled by shutdown (see work), and classifies the result.
+func (d *Dispatcher) do(cctx context.Context, j job) outcome {
 	c := j.call
 	o := outcome{id: c.ID, attempt: c.Attempt, kind: c.Kind}
 	if j.lookup {

@@ -296,15 +296,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	syncing.Add(1)
 	go func() { defer syncing.Done(); d.syncLoop(ctx, jobs, results, producers.Done) }()
 
+	// Calls outlive a shutdown request: an abandoned call is an unknown
+	// outcome, while a finished one is recorded.
+	callCtx := context.WithoutCancel(ctx)
+	deadlines := make(map[*capabilities]*callDeadlines, len(d.caps))
+	for _, c := range d.caps {
+		deadlines[c] = newCallDeadlines(callCtx, c.timeout)
+	}
 	var workers sync.WaitGroup
 	for range d.cfg.Concurrency {
 		workers.Add(1)
-		go func() { defer workers.Done(); d.work(ctx, jobs, results) }()
+		go func() { defer workers.Done(); d.work(ctx, jobs, results, deadlines) }()
 	}
 
 	producers.Wait()
 	close(jobs)
 	workers.Wait()
+	for _, dl := range deadlines {
+		dl.stop()
+	}
 	close(results)
 	syncing.Wait()
 	d.log.Info("dispatcher stopped")
@@ -409,17 +419,16 @@ func handOut(claimed []job, fired bool, jobs chan<- job) int {
 	return len(claimed)
 }
 
-// work calls providers for queued jobs.
-func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- outcome) {
-	// Calls outlive a shutdown request: an abandoned call is an unknown
-	// outcome, while a finished one is recorded.
-	callCtx := context.WithoutCancel(ctx)
+// work calls providers for queued jobs, each call bounded by a context of
+// deadlines (never cancelled by ctx: see Run).
+func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- outcome, deadlines map[*capabilities]*callDeadlines) {
 	for j := range jobs {
 		var o outcome
+		now := time.Now()
 		switch {
 		case ctx.Err() != nil:
 			o = d.release(j) // stopping: never start a call
-		case time.Now().After(j.startBy):
+		case now.After(j.startBy):
 			// Calls are slower than the lease allows for the queue: the row goes
 			// back, due again after MinBackoff (a hint to raise Concurrency or
 			// Lease, or lower BatchSize).
@@ -427,7 +436,7 @@ func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- o
 			o = d.release(j)
 			o.delay = d.cfg.MinBackoff
 		default:
-			o = d.do(callCtx, j)
+			o = d.do(deadlines[j.caps].context(now), j)
 		}
 		// Wake the sync loop only when it can claim: a wake per finished call
 		// cost a goroutine switch per effect for nothing.
