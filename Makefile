@@ -21,8 +21,10 @@ test-short: ## the quick tests only
 demo: ## the whole chain end to end on the local services (edge, outbox, relay, inbox, ledger, drift)
 	$(GO) run ./examples/chain
 
-bench: ## benchmarks against watermill and the raw limits (3 runs each)
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 60m . | tee ../bench.txt
+BENCH_COUNT ?= 3
+
+bench: ## benchmarks against watermill and the raw limits (BENCH_COUNT runs each, 3 unless set)
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 90m . | tee ../bench.txt
 	cd bench && $(GO) run ./cmd/benchsum < ../bench.txt | tee ../bench-summary.txt
 
 build: ## build the oncekit binary into bin/
