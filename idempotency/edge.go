@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"bytes"
-	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -211,18 +210,6 @@ func (rt *route) storeFailed(w http.ResponseWriter, id recordID, err error) {
 // pollInterval is how often a waiting request looks at an in-progress record.
 func (rt *route) pollInterval() time.Duration {
 	return min(max(rt.cfg.Wait/20, 5*time.Millisecond), 100*time.Millisecond)
-}
-
-// sleep waits d or until ctx ends; it reports whether the full wait elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // encode prepares a recorded response for storage: allow-listed headers as

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // ErrOwnershipLost is the cause of a Separate-mode handler's context being
@@ -56,7 +57,7 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 		if rt.answerExisting(w, id, fp, &rec, waitMore) {
 			return
 		}
-		if !sleep(ctx, min(rt.pollInterval(), time.Until(deadline))) {
+		if !wait.Sleep(ctx, min(rt.pollInterval(), time.Until(deadline))) {
 			rt.inProgress(w)
 			return
 		}

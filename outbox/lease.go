@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // leaseLoop heartbeats, renews the leases held, and moves towards a fair
@@ -14,7 +16,7 @@ func (r *Relay) leaseLoop(ctx context.Context) {
 	for {
 		r.balance(ctx)
 		r.checkPartitions(ctx)
-		if !sleep(ctx, every) {
+		if !wait.Sleep(ctx, every) {
 			return
 		}
 	}

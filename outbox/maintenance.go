@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // retentionLoop deletes rows published more than Retention ago, in batches of
@@ -13,7 +14,7 @@ func (r *Relay) retentionLoop(ctx context.Context) {
 	if r.cfg.Retention < 0 {
 		return
 	}
-	for sleep(ctx, r.cfg.RetentionInterval) {
+	for wait.Sleep(ctx, r.cfg.RetentionInterval) {
 		n, err := r.DeletePublished(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("retention failed", "err", err)
@@ -56,7 +57,7 @@ func (r *Relay) statsLoop(ctx context.Context) {
 	}
 	for {
 		r.refreshStats(ctx)
-		if !sleep(ctx, r.cfg.StatsInterval) {
+		if !wait.Sleep(ctx, r.cfg.StatsInterval) {
 			return
 		}
 	}

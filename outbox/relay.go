@@ -285,15 +285,3 @@ func (r *Relay) shutdown(ctx context.Context) {
 
 // since is the relay's monotonic clock.
 func (r *Relay) since() time.Duration { return time.Since(r.epoch) }
-
-// sleep waits d or until ctx ends; it reports whether ctx is still alive.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

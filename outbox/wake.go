@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // Wake-up. The prober looks, in one cheap query, for partitions with rows
@@ -109,17 +111,17 @@ func (r *Relay) probe(ctx context.Context, prev string) (found, waiting bool, xm
 // listenLoop holds a connection LISTENing on the outbox channel, reconnecting
 // with backoff when it breaks.
 func (r *Relay) listenLoop(ctx context.Context) {
-	wait := 100 * time.Millisecond
+	retry := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := r.listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.Warn("LISTEN connection lost; polling meanwhile", "err", err, "retry_in", wait)
-		if !sleep(ctx, wait) {
+		r.log.Warn("LISTEN connection lost; polling meanwhile", "err", err, "retry_in", retry)
+		if !wait.Sleep(ctx, retry) {
 			return
 		}
-		wait = min(2*wait, 10*time.Second)
+		retry = min(2*retry, 10*time.Second)
 	}
 }
 

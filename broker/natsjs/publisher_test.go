@@ -13,6 +13,19 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
+// publisherOn starts a server with a stream named after the test that
+// captures name+"."+subject, and a publisher on it.
+func publisherOn(t *testing.T, subject string, cfg *natsjs.PublisherConfig) (name string, stream jetstream.Stream, pub *natsjs.Publisher) {
+	t.Helper()
+	n := testenv.NewNATS(t)
+	name = testenv.Name(t)
+	stream, err := natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + "." + subject}})
+	require.NoError(t, err)
+	pub, err = natsjs.NewPublisher(n.Conn, cfg)
+	require.NoError(t, err)
+	return name, stream, pub
+}
+
 func TestPublishBatchDedupsByID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -53,12 +66,7 @@ func TestPublishBatchDedupsByID(t *testing.T) {
 func TestPublishReportsPerMessageErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	n := testenv.NewNATS(t)
-	name := testenv.Name(t)
-	_, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".ok"}})
-	require.NoError(t, err)
-	pub, err := natsjs.NewPublisher(n.Conn, nil)
-	require.NoError(t, err)
+	name, _, pub := publisherOn(t, "ok", nil)
 	res := pub.Publish(ctx, []broker.Message{
 		{ID: uuid.New(), Subject: name + ".ok"},
 		{ID: uuid.New(), Subject: name + ".nostream"}, // no stream captures it
@@ -79,12 +87,7 @@ func TestEnsureStreamValidates(t *testing.T) {
 func TestPublishBatchLargerThanWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	n := testenv.NewNATS(t)
-	name := testenv.Name(t)
-	stream, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
-	require.NoError(t, err)
-	pub, err := natsjs.NewPublisher(n.Conn, &natsjs.PublisherConfig{MaxPending: 16})
-	require.NoError(t, err)
+	name, stream, pub := publisherOn(t, ">", &natsjs.PublisherConfig{MaxPending: 16})
 	msgs := make([]broker.Message, 2000)
 	for i := range msgs {
 		msgs[i] = broker.Message{ID: uuid.New(), Subject: name + ".e"}
@@ -101,12 +104,7 @@ func TestPublishBatchLargerThanWindow(t *testing.T) {
 func TestPublishChainSkipsAfterAFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	n := testenv.NewNATS(t)
-	name := testenv.Name(t)
-	stream, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".ok"}})
-	require.NoError(t, err)
-	pub, err := natsjs.NewPublisher(n.Conn, nil)
-	require.NoError(t, err)
+	name, stream, pub := publisherOn(t, "ok", nil)
 	msg := func(subject string) broker.Message {
 		return broker.Message{ID: uuid.New(), Subject: name + "." + subject}
 	}
