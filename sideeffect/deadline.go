@@ -17,6 +17,7 @@ import (
 type callDeadlines struct {
 	parent        context.Context // not cancelled by shutdown (see work)
 	bound, window time.Duration
+	now           func() time.Time // read under mu, so windows open in time order
 
 	mu     sync.Mutex
 	ctx    context.Context // shared by the calls of the current window
@@ -34,14 +35,15 @@ type retiredDeadline struct {
 }
 
 func newCallDeadlines(parent context.Context, bound time.Duration) *callDeadlines {
-	return &callDeadlines{parent: parent, bound: bound, window: min(bound/64, 10*time.Millisecond)}
+	return &callDeadlines{parent: parent, bound: bound, window: min(bound/64, 10*time.Millisecond), now: time.Now}
 }
 
 // context returns the context for a call starting now.
-func (c *callDeadlines) context(now time.Time) context.Context {
-	latest := now.Add(c.bound)
+func (c *callDeadlines) context() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.now()
+	latest := now.Add(c.bound)
 	if c.ctx != nil && !c.end.After(latest) && latest.Sub(c.end) <= c.window {
 		return c.ctx
 	}
@@ -49,7 +51,7 @@ func (c *callDeadlines) context(now time.Time) context.Context {
 		c.retired = append(c.retired, retiredDeadline{c.end, c.cancel})
 		n := 0
 		for n < len(c.retired) && c.retired[n].end.Before(now) {
-			c.retired[n].cancel() // expired: its calls have returned
+			c.retired[n].cancel() // expired already: this only lets go of it
 			n++
 		}
 		c.retired = c.retired[n:]

@@ -424,11 +424,10 @@ func handOut(claimed []job, fired bool, jobs chan<- job) int {
 func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- outcome, deadlines map[*capabilities]*callDeadlines) {
 	for j := range jobs {
 		var o outcome
-		now := time.Now()
 		switch {
 		case ctx.Err() != nil:
 			o = d.release(j) // stopping: never start a call
-		case now.After(j.startBy):
+		case time.Now().After(j.startBy):
 			// Calls are slower than the lease allows for the queue: the row goes
 			// back, due again after MinBackoff (a hint to raise Concurrency or
 			// Lease, or lower BatchSize).
@@ -436,7 +435,7 @@ func (d *Dispatcher) work(ctx context.Context, jobs <-chan job, results chan<- o
 			o = d.release(j)
 			o.delay = d.cfg.MinBackoff
 		default:
-			o = d.do(deadlines[j.caps].context(now), j)
+			o = d.do(deadlines[j.caps].context(), j)
 		}
 		// Wake the sync loop only when it can claim: a wake per finished call
 		// cost a goroutine switch per effect for nothing.
