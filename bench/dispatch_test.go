@@ -125,8 +125,8 @@ func benchDispatch(b *testing.B, n, conc int, payload []byte, noHTTP bool) {
 		// The bare rate of this provider, measured just before and again
 		// just after, so the ratio compares the same load on a shared
 		// machine: the mean of the two cancels drift across the pass, and
-		// the pass before runs in the wake of recording the effects (about
-		// 3% slower than the one after, in eight paired iterations).
+		// the pass before runs in the wake of recording the effects (slower
+		// than the one after in six of eight paired iterations, by about 3%).
 		var bare float64
 		bareRate := func() float64 {
 			bareSrv := newDispatchProvider(b)
