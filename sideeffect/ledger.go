@@ -154,7 +154,11 @@ type Row struct {
 	IdempotencyKey string
 	State          State
 	Attempts       int
-	NextAttemptAt  time.Time
+	// NextAttemptAt is when the dispatcher next looks at the row: the due
+	// time while pending (and while fired, the due time it was claimed at,
+	// or its next try after an indefinite error). Nil once the row is
+	// settled, and while it is unknown (only an operator moves it on).
+	NextAttemptAt  *time.Time
 	LeaseOwner     string
 	LeaseExpiresAt *time.Time
 	ProviderRef    string

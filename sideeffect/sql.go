@@ -10,23 +10,25 @@ type statements struct {
 	list, get, retry, resolve            string
 }
 
-const rowColumns = `id, source_id, kind, payload, idempotency_key, state, attempts, next_attempt_at,
+const rowColumns = `id, source_id, kind, payload, idempotency_key, state, attempts,
+	CASE WHEN next_attempt_at < 'infinity' THEN next_attempt_at END,
 	coalesce(lease_owner, ''), lease_expires_at, coalesce(provider_ref, ''), coalesce(last_error, ''),
 	coalesce(resolved_by, ''), coalesce(resolution_note, ''), resolved_at,
 	created_at, fired_at, confirmed_at, updated_at`
 
 // claimDue moves due pending rows to fired ($1 lease owner, $2 lease, $3
 // kinds, $4 limit): its commit is the "fired" commit that precedes the
-// calls. The rows are found by their tuple ids: locked FOR UPDATE by the
-// subquery, they stay the current versions until this statement updates
-// them, and a TID scan saves a primary-key descent per row (about 10% of
-// PostgreSQL's CPU per effect). A row that moved anyway is not updated,
-// hence not returned, hence not called. The recovery statements below use
-// the same form.
+// calls. It changes no indexed column (next_attempt_at keeps the due time;
+// no index refers to state), so each row's fired version is a HOT update on
+// its own page, with no index entry (migration 007). The rows are found by
+// their tuple ids: locked FOR UPDATE by the subquery, they stay the current
+// versions until this statement updates them, and a TID scan saves a
+// primary-key descent per row (about 10% of PostgreSQL's CPU per effect). A
+// row that moved anyway is not updated, hence not returned, hence not
+// called. The recovery statements below use the same form.
 const claimDue = `UPDATE {schema}.side_effects s
 SET state = 'fired', attempts = s.attempts + 1, lease_owner = $1,
-	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
-	fired_at = now(), updated_at = now()
+	lease_expires_at = now() + $2::interval, fired_at = now(), updated_at = now()
 WHERE s.ctid = ANY(ARRAY(
 	SELECT ctid FROM {schema}.side_effects
 	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($3)
@@ -38,14 +40,15 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 // completeOutcomes applies a batch of outcomes ($5..$10), fenced by the
 // lease owner ($1) and the attempt that was fired, so a late result of a
 // lost lease is dropped. "released" puts back a claimed row that was never
-// called.
+// called. A settled row (confirmed, failed) leaves the due index
+// (next_attempt_at NULL); an unknown one waits at 'infinity'.
 const completeOutcomes = `UPDATE {schema}.side_effects s
 SET state = CASE WHEN v.state = 'released' THEN 'pending' ELSE v.state END,
 	attempts = CASE WHEN v.state = 'released' THEN s.attempts - 1 ELSE s.attempts END,
 	provider_ref = coalesce(v.ref, s.provider_ref),
 	last_error = CASE WHEN v.state = 'released' THEN s.last_error ELSE v.err END,
 	next_attempt_at = CASE WHEN v.state IN ('pending', 'released', 'fired')
-		THEN now() + v.delay * interval '1 second' ELSE s.next_attempt_at END,
+		THEN now() + v.delay * interval '1 second' WHEN v.state = 'unknown' THEN 'infinity' END,
 	lease_expires_at = CASE WHEN v.state = 'fired' THEN now() + v.delay * interval '1 second' END,
 	lease_owner = NULL,
 	confirmed_at = CASE WHEN v.state = 'confirmed' THEN now() ELSE s.confirmed_at END,
@@ -79,11 +82,10 @@ SELECT false, 0, '', kind, '\x'::bytea, '', attempts, now(), state, fired_for FR
 		// that honour keys: fired again, same key, attempts+1.
 		refire: r(`UPDATE {schema}.side_effects s
 SET attempts = s.attempts + 1, lease_owner = $1,
-	next_attempt_at = now() + $2::interval, lease_expires_at = now() + $2::interval,
-	fired_at = now(), updated_at = now()
+	lease_expires_at = now() + $2::interval, fired_at = now(), updated_at = now()
 WHERE s.ctid = ANY(ARRAY(
 	SELECT ctid FROM {schema}.side_effects
-	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
+	WHERE state = 'fired' AND next_attempt_at <= now() AND lease_expires_at < now() AND kind = ANY($3)
 	ORDER BY next_attempt_at
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED))
@@ -92,11 +94,10 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 		// reconcile takes a lease on expired fired rows of providers that
 		// offer a lookup; attempts is unchanged (nothing is fired).
 		reconcile: r(`UPDATE {schema}.side_effects s
-SET lease_owner = $1, next_attempt_at = now() + $2::interval,
-	lease_expires_at = now() + $2::interval, updated_at = now()
+SET lease_owner = $1, lease_expires_at = now() + $2::interval, updated_at = now()
 WHERE s.ctid = ANY(ARRAY(
 	SELECT ctid FROM {schema}.side_effects
-	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($3)
+	WHERE state = 'fired' AND next_attempt_at <= now() AND lease_expires_at < now() AND kind = ANY($3)
 	ORDER BY next_attempt_at
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED))
@@ -105,16 +106,19 @@ RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s
 		// markUnknown gives up on expired fired rows of providers that
 		// neither honour keys nor offer a lookup.
 		markUnknown: r(`UPDATE {schema}.side_effects s
-SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+SET state = 'unknown', next_attempt_at = 'infinity', lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
 	last_error = 'lease expired while fired: the dispatcher died mid-call and the provider neither honours keys nor offers a lookup'
 WHERE s.ctid = ANY(ARRAY(
 	SELECT ctid FROM {schema}.side_effects
-	WHERE state = 'fired' AND next_attempt_at < now() AND kind = ANY($1)
+	WHERE state = 'fired' AND next_attempt_at <= now() AND lease_expires_at < now() AND kind = ANY($1)
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED))
 RETURNING s.kind`),
 
-		countUnknown: r(`SELECT kind, count(*) FROM {schema}.side_effects WHERE state = 'unknown' GROUP BY kind`),
+		// countUnknown finds the unknown rows through the due index, where
+		// they wait at 'infinity'.
+		countUnknown: r(`SELECT kind, count(*) FROM {schema}.side_effects
+WHERE next_attempt_at = 'infinity' AND state = 'unknown' GROUP BY kind`),
 
 		purge: r(`DELETE FROM {schema}.side_effects WHERE id IN (
 	SELECT id FROM {schema}.side_effects
@@ -134,7 +138,8 @@ RETURNING state`),
 		resolve: r(`UPDATE {schema}.side_effects
 SET state = $2, resolved_by = $3, resolution_note = $4, resolved_at = now(), updated_at = now(),
 	provider_ref = coalesce(nullif($5, ''), provider_ref),
-	confirmed_at = CASE WHEN $2 = 'confirmed' THEN now() ELSE confirmed_at END
+	confirmed_at = CASE WHEN $2 = 'confirmed' THEN now() ELSE confirmed_at END,
+	next_attempt_at = NULL
 WHERE id = $1 AND state = 'unknown'
 RETURNING state`),
 	}
