@@ -26,8 +26,9 @@
 // receives through Tx(r). The handler's rows and outbox events, the claim and
 // the stored response commit together, so a crash at any point leaves
 // nothing, and a concurrent request waits on the claim's row lock (bounded by
-// Wait; 409 otherwise). The overhead over the handler's own BEGIN … COMMIT is
-// one round trip: the response is stored in the COMMIT's round trip.
+// Wait; 409 otherwise). The claim adds no round trip to the handler's own
+// BEGIN … COMMIT: it is pipelined with the BEGIN, and the response is stored
+// in the COMMIT's round trip. A replay costs two round trips.
 //
 // Separate: the claim commits first, with a lease that the owner renews while
 // its handler runs. The handler may call external systems. If the owning

@@ -15,8 +15,8 @@ import (
 
 // serveSameTx claims the key inside a transaction, runs the handler in it and
 // stores the response with the commit. Round trips to PostgreSQL beyond the
-// handler's own BEGIN … COMMIT: one (the claim). The stored response rides in
-// the same pipelined round trip as the COMMIT.
+// handler's own BEGIN … COMMIT: none. The claim rides in the BEGIN's round
+// trip, the stored response in the COMMIT's.
 func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
 	ctx := r.Context()
 	for attempt := 0; attempt < maxClaimAttempts; attempt++ {
@@ -56,20 +56,16 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 	rt.inProgress(w)
 }
 
-// claimTx begins a transaction and, in one pipelined round trip, claims the
-// key or reads the committed record holding it. When claimed, conn and tx are
+// claimTx begins a transaction and, in the same pipelined round trip, claims
+// the key or reads the committed record holding it. When claimed, conn and tx are
 // returned open; otherwise they are already rolled back and released.
 func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte) (conn *pgxpool.Conn, tx pgx.Tx, rec *record, claimed bool, token int64, err error) {
 	conn, err = rt.e.db.Acquire(ctx)
 	if err != nil {
 		return nil, nil, nil, false, 0, fmt.Errorf("acquire: %w", err)
 	}
-	tx, err = conn.Begin(ctx)
-	if err != nil {
-		conn.Release()
-		return nil, nil, nil, false, 0, fmt.Errorf("begin: %w", err)
-	}
 	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
 	b.Queue(rt.lockTimeout)
 	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.key, fp, micros(rt.cfg.TTL)).QueryRow(func(row pgx.Row) error {
 		var status *int32
@@ -94,10 +90,13 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte) (conn *pgx
 		return nil
 	})
 	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
-	err = tx.SendBatch(ctx, b).Close()
+	br := conn.SendBatch(ctx, b)
+	tx = br.Tx()
+	err = br.Close()
 	if err == nil && claimed {
 		return conn, tx, nil, true, token, nil
 	}
+	// A transaction that never began is closed already: Rollback is a no-op.
 	_ = tx.Rollback(context.WithoutCancel(ctx))
 	conn.Release()
 	if err != nil {
