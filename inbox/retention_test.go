@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testenv"
 )
 
 func TestHorizon(t *testing.T) {
@@ -70,14 +71,24 @@ func TestPruneDeletesOldClaimsInBatches(t *testing.T) {
 		INSERT INTO processed_messages (consumer, message_id, processed_at)
 		SELECT 'other', gen_random_uuid(), now() - interval '2 hours' FROM generate_series(1, 4);`)
 	require.NoError(t, err)
+
+	// A pool of its own, to see every statement the pruning sends.
+	log := &testenv.StatementLog{}
+	pool := b.db.TracedPool(t, log)
+
 	cfg := b.config("c")
 	cfg.Retention = time.Hour
 	cfg.RetentionBatch = 10
-	c, err := inbox.NewConsumer(b.db.Pool, b.source("d", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+	c, err := inbox.NewConsumer(pool, b.source("d", time.Second), inbox.HandlerFunc(insertEffect), cfg)
 	require.NoError(t, err)
 	n, err := c.Prune(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
+	var deleted []int64
+	for _, st := range log.Matching("DELETE FROM") {
+		deleted = append(deleted, st.Tag.RowsAffected())
+	}
+	require.Equal(t, []int64{10, 10, 5}, deleted, "one bounded DELETE per RetentionBatch rows")
 	require.Equal(t, 3, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'c'`))
 	require.Equal(t, 4, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'other'`), "another consumer's claims are its own business")
 }

@@ -200,11 +200,21 @@ func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 	require.Equal(t, 30, publishedRows(t, b.db))
 
 	pub, _ := publisher(t, testenvNATSURL(b))
-	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
+	log := &testenv.StatementLog{}
+	r, err := outbox.NewRelay(b.db.TracedPool(t, log), pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
 	require.NoError(t, err)
 	n, err := r.DeletePublished(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
+	// Partition 0: 10 + 10 deleted, then 5 of the 10 looked at (the rest
+	// is within retention); one statement for each other partition.
+	var part0 int
+	for _, st := range log.Matching("DELETE FROM") {
+		if st.Args[0] == 0 {
+			part0++
+		}
+	}
+	require.Equal(t, 3, part0, "one bounded statement per RetentionBatch rows")
 	require.Equal(t, 5, publishedRows(t, b.db), "published within retention: kept")
 	require.Equal(t, 8, countRows(t, b.db), "held, parked and pending rows are never deleted")
 	require.EqualValues(t, 2, backlog(t, b))
