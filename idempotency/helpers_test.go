@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/idempotency"
@@ -204,7 +205,7 @@ func postInBackground(t testing.TB, url, tenant, key, body string) response {
 func post(t testing.TB, url, tenant, key, body string) response {
 	t.Helper()
 	resp, err := tryPost(url, tenant, key, body)
-	require.NoError(t, err)
+	assert.NoError(t, err) // t.Errorf: safe in Eventually conditions
 	return resp
 }
 
@@ -233,10 +234,12 @@ func tryPost(url, tenant, key, body string) (response, error) {
 }
 
 // count runs a count(*) query.
+// count runs a count query; it reports a failure with t.Errorf, so that
+// Eventually conditions can call it.
 func count(t testing.TB, db *testenv.DB, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	assert.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
 }
 

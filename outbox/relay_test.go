@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -119,9 +120,9 @@ func testFailingMessage(t *testing.T, wrap func(*natsjs.Publisher) broker.Publis
 	var parked bool
 	var lastErr string
 	require.Eventually(t, func() bool {
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT attempts, parked_at IS NOT NULL, coalesce(last_error, '') FROM outbox WHERE id = $1`, bad.ID).
-			Scan(&attempts, &parked, &lastErr))
-		return parked
+		err := b.db.Pool.QueryRow(ctx, `SELECT attempts, parked_at IS NOT NULL, coalesce(last_error, '') FROM outbox WHERE id = $1`, bad.ID).
+			Scan(&attempts, &parked, &lastErr)
+		return assert.NoError(t, err) && parked
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, 3, attempts)
 	require.NotEmpty(t, lastErr)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/outbox"
@@ -20,8 +21,8 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	b.startRelay(t, pub, outbox.RelayConfig{PollInterval: time.Minute, BusyPollInterval: time.Minute})
 	require.Eventually(t, func() bool {
 		var owned int
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM relay_partitions WHERE owner IS NOT NULL`).Scan(&owned))
-		return owned == outbox.DefaultPartitions
+		err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM relay_partitions WHERE owner IS NOT NULL`).Scan(&owned)
+		return assert.NoError(t, err) && owned == outbox.DefaultPartitions
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return listeners(t, b) == 1 }, 10*time.Second, 10*time.Millisecond)
 	for i := range 3 {
@@ -46,7 +47,7 @@ func TestRelayPollOnly(t *testing.T) {
 func listeners(t *testing.T, b *bundle) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+	assert.NoError(t, b.db.Pool.QueryRow(context.Background(), // t.Errorf: safe in Eventually conditions
 		`SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN "' || $1 || '"'`, outbox.NotifyChannel(b.db.Schema)).Scan(&n))
 	return n
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -20,9 +21,9 @@ import (
 func tupleStats(t *testing.T, b *bundle, wantUpdates int64) (updates, hot int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT n_tup_upd, n_tup_hot_upd
-			FROM pg_stat_user_tables WHERE relid = 'side_effects'::regclass`).Scan(&updates, &hot))
-		return updates >= wantUpdates
+		err := b.db.Pool.QueryRow(context.Background(), `SELECT n_tup_upd, n_tup_hot_upd
+			FROM pg_stat_user_tables WHERE relid = 'side_effects'::regclass`).Scan(&updates, &hot)
+		return assert.NoError(t, err) && updates >= wantUpdates
 	}, 15*time.Second, 20*time.Millisecond, "side_effects updates reported")
 	return updates, hot
 }

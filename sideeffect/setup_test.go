@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -103,7 +104,7 @@ func hook(rc *receiver, cfg *webhook.Config) sideeffect.Provider {
 func (b *bundle) countState(t testing.TB, st sideeffect.State) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+	assert.NoError(t, b.db.Pool.QueryRow(context.Background(), // t.Errorf: safe in Eventually conditions
 		`SELECT count(*) FROM side_effects WHERE state = $1`, string(st)).Scan(&n))
 	return n
 }
@@ -118,9 +119,11 @@ func (b *bundle) waitState(t testing.TB, st sideeffect.State, n int, within time
 func (b *bundle) rowByKey(t testing.TB, key string) sideeffect.Row {
 	t.Helper()
 	var id int64
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT id FROM side_effects WHERE idempotency_key = $1`, key).Scan(&id))
+	if !assert.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT id FROM side_effects WHERE idempotency_key = $1`, key).Scan(&id)) {
+		return sideeffect.Row{}
+	}
 	r, err := b.ledger.Get(context.Background(), b.db.Pool, id)
-	require.NoError(t, err)
+	assert.NoError(t, err) // t.Errorf: safe in Eventually conditions
 	return r
 }
 
