@@ -29,8 +29,9 @@ type Config struct {
 	// documentation), at most 64 messages per transaction to stay inside
 	// PostgreSQL's subtransaction cache. Defaults to 1. At most 1000. 200
 	// suits handlers that only write to PostgreSQL: larger batches spread
-	// the commit (and its flush) over more messages. A batch should finish
-	// well within the source's AckWait, so slow handlers want smaller ones.
+	// the commit (and its flush) over more messages. A batch may run past
+	// the source's AckWait: the consumer keeps the messages it holds in
+	// progress at the broker.
 	BatchSize int
 	// Ordered processes the messages of one key (Oncekit-Key header) in
 	// delivery order, keys hashed onto Concurrency lanes. A failing message is

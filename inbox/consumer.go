@@ -29,6 +29,7 @@ type Consumer struct {
 	retried, dead atomic.Int64
 	running       atomic.Bool
 	ackWait       atomic.Int64 // the source's, learnt at start: how often to signal progress
+	inHand        *inHand      // received, not yet settled: kept in progress at the broker
 
 	conflictCooldown atomic.Int64 // > 0: claim with ON CONFLICT (a duplicate was seen lately)
 	failureCooldown  atomic.Int64 // > 0: a savepoint per message from the start (a handler failed lately)
@@ -54,8 +55,9 @@ func NewConsumer(db pgsql.DB, src Source, h Handler, cfg *Config) (*Consumer, er
 	}
 	return &Consumer{
 		db: db, src: src, h: h, cfg: c, store: store,
-		m:   newMetrics(c.Registerer, c.Name),
-		log: c.Logger.With("consumer", c.Name),
+		m:      newMetrics(c.Registerer, c.Name),
+		log:    c.Logger.With("consumer", c.Name),
+		inHand: newInHand(),
 	}, nil
 }
 
@@ -127,14 +129,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 	} else {
 		feeds = []feed{make(chanFeed, c.cfg.BatchSize*(c.cfg.Concurrency+1))}
 	}
+	// The messages in hand stay in progress until the workers are done,
+	// draining included.
+	pctx, stopProgress := context.WithCancel(context.WithoutCancel(ctx))
+	progressDone := make(chan struct{})
+	go func() { defer close(progressDone); c.keepInProgress(pctx) }()
+	var workers sync.WaitGroup
 	for i := range c.cfg.Concurrency {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.work(ctx, feeds[i%len(feeds)]) }()
+		workers.Add(1)
+		go func() { defer workers.Done(); c.work(ctx, feeds[i%len(feeds)]) }()
 	}
 	err := c.receive(ctx, feeds)
 	for _, f := range feeds {
 		f.close()
 	}
+	workers.Wait()
+	stopProgress()
+	<-progressDone
 	wg.Wait()
 	c.log.Info("inbox consumer stopped")
 	return err
@@ -170,8 +181,12 @@ func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 			c.log.Info("inbox receive recovered", "failures", failures)
 			failures = 0
 		}
-		for _, d := range ds {
-			it := c.decode(d)
+		items := make([]*item, len(ds))
+		for i, d := range ds {
+			items[i] = c.decode(d)
+		}
+		c.inHand.add(items)
+		for _, it := range items {
 			feeds[laneOf(it, len(feeds))].put(it)
 		}
 	}
@@ -203,18 +218,14 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 		if ctx.Err() != nil {
 			// Stopping: hand what was received but not started back to
 			// the broker at once.
-			for _, it := range batch {
-				_ = it.d.Nak(pctx, 0)
-			}
+			c.handBack(pctx, batch)
 			continue
 		}
 		retry := c.process(pctx, batch)
 		// Ordered mode: retry in place so nothing behind overtakes.
 		for len(retry) > 0 {
-			if !c.waitRetry(ctx, f, retry) {
-				for _, it := range retry {
-					_ = it.d.Nak(pctx, 0)
-				}
+			if !c.waitRetry(ctx, retry) {
+				c.handBack(pctx, retry)
 				break // stopping: the rest is nakked as it is taken
 			}
 			retry = c.process(pctx, retry)
@@ -222,10 +233,19 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 	}
 }
 
-// waitRetry sleeps for the backoff of the first failed message, keeping the
-// broker from redelivering the waiting messages meanwhile: those to retry
-// and those queued behind them in f.
-func (c *Consumer) waitRetry(ctx context.Context, f feed, retry []*item) bool {
+// handBack asks the broker to redeliver items at once.
+func (c *Consumer) handBack(ctx context.Context, items []*item) {
+	c.inHand.release(items)
+	for _, it := range items {
+		_ = it.d.Nak(ctx, 0)
+	}
+}
+
+// waitRetry sleeps for the backoff of the failed messages of retry; it
+// reports false if ctx ended first. The messages waiting meanwhile (retry,
+// and those queued behind them in the lane) are still in hand, so they are
+// kept in progress at the broker.
+func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 	var delay time.Duration
 	for _, it := range retry {
 		if it.failed {
@@ -234,28 +254,13 @@ func (c *Consumer) waitRetry(ctx context.Context, f feed, retry []*item) bool {
 			it.failed = false
 		}
 	}
-	every := time.Second
-	if aw := time.Duration(c.ackWait.Load()); aw > 0 {
-		every = max(aw/3, 50*time.Millisecond)
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-timer.C:
-			return true
-		case <-tick.C:
-			for _, it := range retry {
-				_ = it.d.InProgress(ctx)
-			}
-			for _, it := range f.queued() {
-				_ = it.d.InProgress(ctx)
-			}
-		}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 

@@ -106,9 +106,10 @@ func blockFirst(release <-chan struct{}) inbox.Handler {
 	})
 }
 
-// The first delivery outlives the ack wait; JetStream redelivers it to
-// another worker, whose claim waits for the first transaction and then finds
-// the claim: one effect, one duplicate.
+// The first delivery outlives the ack wait, its in-progress signals lost (a
+// stalled process); JetStream redelivers it to another worker, whose claim
+// waits for the first transaction and then finds the claim: one effect, one
+// duplicate.
 func TestRedeliveryAfterAckTimeoutIsDuplicate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -116,7 +117,7 @@ func TestRedeliveryAfterAckTimeoutIsDuplicate(t *testing.T) {
 	cfg := b.config("c")
 	cfg.Concurrency = 2
 	cfg.Retention = -1
-	c := b.start(b.source("d", 500*time.Millisecond), blockFirst(release), cfg)
+	c := b.start(lostProgress{b.source("d", 500*time.Millisecond)}, blockFirst(release), cfg)
 	m := b.msg("", 1)
 	b.publish(m)
 	b.waitLockWaiter() // the redelivery is blocked on the first claim
@@ -127,7 +128,8 @@ func TestRedeliveryAfterAckTimeoutIsDuplicate(t *testing.T) {
 	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
 }
 
-// Two consumer processes of one durable race on the same message.
+// Two consumer processes of one durable race on the same message: the first
+// one's in-progress signals are lost, so JetStream hands it to the other.
 func TestTwoConsumersOfOneDurableRace(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -138,7 +140,7 @@ func TestTwoConsumersOfOneDurableRace(t *testing.T) {
 		cfg := b.config("c")
 		cfg.Concurrency = 1
 		cfg.Retention = -1
-		cs = append(cs, b.start(b.sourceOwnConn("d", 500*time.Millisecond), h, cfg))
+		cs = append(cs, b.start(lostProgress{b.sourceOwnConn("d", 500*time.Millisecond)}, h, cfg))
 	}
 	m := b.msg("", 1)
 	b.publish(m)

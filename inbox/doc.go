@@ -17,7 +17,10 @@
 // of an event is absorbed exactly like a redelivery. A duplicate is
 // acknowledged at once and counted. A commit whose outcome is unknown (the
 // connection broke during COMMIT) is never acknowledged: the broker redelivers
-// and the claim settles it.
+// and the claim settles it. Until it settles a message with the broker, the
+// consumer signals it in progress every third of the source's AckWait
+// (queued, at work, or waiting for a retry), so slow handlers and long
+// batches are not redelivered while they run.
 //
 // Failures lose nothing. A handler error rolls the transaction back and asks
 // the broker to redeliver after an exponential backoff (capped); a panicking

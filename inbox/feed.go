@@ -9,8 +9,6 @@ type feed interface {
 	put(it *item)
 	next(max int) ([]*item, bool)
 	close()
-	// queued returns a copy of the messages waiting in the feed.
-	queued() []*item
 }
 
 // chanFeed is the shared, bounded feed of unordered mode: any worker takes
@@ -20,10 +18,6 @@ type chanFeed chan *item
 
 func (f chanFeed) put(it *item) { f <- it }
 func (f chanFeed) close()       { close(f) }
-
-// queued returns nil: any free worker takes what waits in a chanFeed, so
-// nothing is held there behind a retry.
-func (f chanFeed) queued() []*item { return nil }
 
 func (f chanFeed) next(max int) ([]*item, bool) {
 	it, ok := <-f
@@ -47,9 +41,9 @@ func (f chanFeed) next(max int) ([]*item, bool) {
 
 // laneFeed is one lane of ordered mode. It never blocks the receiver, so a
 // lane held by a message retrying in place does not stall the other lanes;
-// what it can hold is bounded by the broker's MaxAckPending (its worker keeps
-// the queued messages in progress while it retries, so the broker does not
-// redeliver copies of them into the lane).
+// what it can hold is bounded by the broker's MaxAckPending (the consumer
+// keeps the queued messages in progress, so the broker does not redeliver
+// copies of them into the lane).
 type laneFeed struct {
 	mu     sync.Mutex
 	items  []*item
@@ -78,12 +72,6 @@ func (l *laneFeed) close() {
 	l.closed = true
 	l.mu.Unlock()
 	l.signal()
-}
-
-func (l *laneFeed) queued() []*item {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]*item(nil), l.items...)
 }
 
 func (l *laneFeed) next(max int) ([]*item, bool) {

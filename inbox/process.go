@@ -422,6 +422,7 @@ func (c *Consumer) pipelinedBeginClaim(ctx context.Context, bs batchSender, ids 
 
 // settle acks, naks or returns each message according to its outcome.
 func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*item {
+	c.inHand.release(settled(items, out, c.cfg.Ordered))
 	var processed, dups int
 	var retry []*item
 	for i, it := range items {
@@ -468,6 +469,23 @@ func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*
 	c.m.addDuplicates(dups)
 	c.m.updateRatio()
 	return retry
+}
+
+// settled returns the items settle hands over to the broker: all of them,
+// but in ordered mode those it keeps to retry in place.
+func settled(items []*item, out []outcome, ordered bool) []*item {
+	if !ordered {
+		return items
+	}
+	done := make([]*item, 0, len(items))
+	for i, it := range items {
+		switch out[i].kind {
+		case outRetry, outSkip, outUnknown:
+		default:
+			done = append(done, it)
+		}
+	}
+	return done
 }
 
 func (c *Consumer) ack(ctx context.Context, it *item) {

@@ -189,3 +189,21 @@ func rawPublish(t *testing.T, js jetstream.JetStream, subject string, headers ma
 	_, err := js.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
 }
+
+// lostProgress wraps a Source so that the consumer's in-progress signals
+// never reach the broker, as when the consumer process stalls or loses the
+// broker for longer than AckWait: the broker then redelivers messages that
+// are still being processed.
+type lostProgress struct{ inbox.Source }
+
+func (s lostProgress) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i, d := range ds {
+		ds[i] = noProgress{d}
+	}
+	return ds, err
+}
+
+type noProgress struct{ inbox.Delivery }
+
+func (noProgress) InProgress(context.Context) error { return nil }
