@@ -1,0 +1,41 @@
+package inbox
+
+import (
+	"context"
+	"time"
+)
+
+// retain prunes the consumer's claims older than Retention, in bounded
+// batches, every RetentionInterval until ctx ends.
+func (c *Consumer) retain(ctx context.Context) {
+	t := time.NewTicker(c.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		if _, err := c.Prune(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("inbox retention failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Prune deletes the consumer's claims older than Retention, RetentionBatch
+// rows per statement, and returns how many it deleted. Run calls it every
+// RetentionInterval.
+func (c *Consumer) Prune(ctx context.Context) (int64, error) {
+	if c.cfg.Retention < 0 {
+		return 0, nil
+	}
+	before := time.Now().Add(-c.cfg.Retention)
+	var total int64
+	for {
+		n, err := c.store.PruneClaims(ctx, c.db, c.cfg.Name, before, c.cfg.RetentionBatch)
+		total += n
+		if err != nil || n < int64(c.cfg.RetentionBatch) {
+			return total, err
+		}
+	}
+}
