@@ -60,8 +60,9 @@ func (h *inHand) snapshot() []*item {
 
 // keepInProgress signals every message in hand in progress, every
 // progressEvery, until ctx ends. A signal that races the message's ack is
-// refused by the client or ignored by the broker; one that races an unknown
-// commit's release only delays that message's redelivery by one AckWait.
+// refused by the client or ignored by the broker; one that races a nak, or
+// the release of a message whose commit outcome is unknown, can only move
+// that message's redelivery to one AckWait later.
 func (c *Consumer) keepInProgress(ctx context.Context) {
 	tick := time.NewTicker(c.progressEvery())
 	defer tick.Stop()
