@@ -22,7 +22,7 @@ func TestSlowHandlerKeepsMessagesInProgress(t *testing.T) {
 		t.Run(map[int]string{1: "single", 2: "batch"}[batch], func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			const ackWait = 500 * time.Millisecond
+			const ackWait = time.Second
 			h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 				time.Sleep(3 * ackWait / 2)
 				return insertEffect(ctx, tx, msg)
