@@ -181,9 +181,10 @@ func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 			c.log.Info("inbox receive recovered", "failures", failures)
 			failures = 0
 		}
-		items := make([]*item, len(ds))
+		items, now := make([]*item, len(ds)), time.Now()
 		for i, d := range ds {
 			items[i] = c.decode(d)
+			items[i].received = now
 		}
 		c.inHand.add(items)
 		for _, it := range items {
@@ -266,12 +267,13 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 
 // item is one delivery on its way through the consumer.
 type item struct {
-	d       Delivery
-	msg     *Message // nil when the delivery has no valid ID
-	rawID   string
-	reason  string // dead-letter reason decided before the handler
-	attempt int
-	failed  bool // ordered retry: this one failed (vs. waits behind one)
+	d        Delivery
+	msg      *Message // nil when the delivery has no valid ID
+	rawID    string
+	reason   string // dead-letter reason decided before the handler
+	attempt  int
+	failed   bool      // ordered retry: this one failed (vs. waits behind one)
+	received time.Time // when the consumer received it: the in-hand age
 }
 
 func (c *Consumer) decode(d Delivery) *item {

@@ -14,6 +14,7 @@ type metrics struct {
 	handlerSeconds                 prometheus.Observer
 	batchSize                      prometheus.Observer
 	hitRatio                       prometheus.Gauge
+	inHand, oldestInHand           prometheus.Gauge
 
 	nProcessed, nDuplicates atomic.Int64
 }
@@ -50,6 +51,9 @@ func newMetrics(reg prometheus.Registerer, consumer string) *metrics {
 	}
 	dead := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts(opts("dead_lettered_total",
 		"Messages written to dead_letters, by reason (permanent, max_attempts, no_id, invalid_id).")), []string{"consumer", "reason"}))
+	gauge := func(name, help string) prometheus.Gauge {
+		return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts(opts(name, help)), []string{"consumer"})).WithLabelValues(consumer)
+	}
 	return &metrics{
 		processed:      counter("processed_total", "Messages whose handler committed."),
 		duplicates:     counter("duplicates_total", "Messages acknowledged as duplicates of an existing claim."),
@@ -57,8 +61,11 @@ func newMetrics(reg prometheus.Registerer, consumer string) *metrics {
 		deadLettered:   dead.MustCurryWith(prometheus.Labels{"consumer": consumer}),
 		handlerSeconds: hist("handler_seconds", "Time spent in the handler per message.", prometheus.ExponentialBuckets(0.0001, 4, 10)),
 		batchSize:      hist("batch_size", "Messages per processing transaction.", prometheus.ExponentialBuckets(1, 2, 11)),
-		hitRatio: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("dedup_hit_ratio",
-			"Duplicates / (processed + duplicates) since the consumer started.")), []string{"consumer"})).WithLabelValues(consumer),
+		hitRatio:       gauge("dedup_hit_ratio", "Duplicates / (processed + duplicates) since the consumer started."),
+		inHand: gauge("in_hand",
+			"Messages received and not yet settled with the broker (queued, at work or waiting for a retry), at the last progress signal."),
+		oldestInHand: gauge("oldest_in_hand_seconds",
+			"Age of the oldest message received and not yet settled with the broker, at the last progress signal: a stuck handler makes it grow."),
 	}
 }
 

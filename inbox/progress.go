@@ -48,14 +48,19 @@ func (h *inHand) release(items []*item) {
 	h.mu.Unlock()
 }
 
-func (h *inHand) snapshot() []*item {
+// snapshot returns the items in hand and when the oldest of them was
+// received (zero when there is none).
+func (h *inHand) snapshot() (items []*item, oldest time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*item, 0, len(h.items))
+	items = make([]*item, 0, len(h.items))
 	for it := range h.items {
-		out = append(out, it)
+		items = append(items, it)
+		if oldest.IsZero() || it.received.Before(oldest) {
+			oldest = it.received
+		}
 	}
-	return out
+	return items, oldest
 }
 
 // keepInProgress signals every message in hand in progress, every
@@ -71,8 +76,15 @@ func (c *Consumer) keepInProgress(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			for _, it := range c.inHand.snapshot() {
+			items, oldest := c.inHand.snapshot()
+			for _, it := range items {
 				_ = it.d.InProgress(ctx) // a lost signal only means a redelivery, which the claim absorbs
+			}
+			c.m.inHand.Set(float64(len(items)))
+			if oldest.IsZero() {
+				c.m.oldestInHand.Set(0)
+			} else {
+				c.m.oldestInHand.Set(time.Since(oldest).Seconds())
 			}
 		}
 	}
