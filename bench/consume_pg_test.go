@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/broker"
@@ -32,18 +31,20 @@ import (
 func BenchmarkConsumePG(b *testing.B) {
 	n := consumeN() / 5
 	for _, c := range []struct {
-		name    string
-		batch   int
-		noClaim bool
+		name            string
+		batch           int
+		noClaim, queued bool
 	}{
-		{"oncekit-batch", consumeBatch, false},
-		{"oncekit-noclaim", consumeBatch, true},
-		{"oncekit", 1, false},
+		{"oncekit-batch", consumeBatch, false, false},
+		{"oncekit-noclaim", consumeBatch, true, false},
+		{"oncekit-batch-queue", consumeBatch, false, true},
+		{"oncekit-noclaim-queue", consumeBatch, true, true},
+		{"oncekit", 1, false, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				rate, goCPU, pgCPU := consumePGRun(b, n, c.batch, c.noClaim)
+				rate, goCPU, pgCPU := consumePGRun(b, n, c.batch, c.noClaim, c.queued)
 				b.ReportMetric(rate, "msgs/s")
 				b.ReportMetric(float64(goCPU.Microseconds())/float64(n), "go-cpu-µs/msg")
 				if pgCPU > 0 {
@@ -56,7 +57,7 @@ func BenchmarkConsumePG(b *testing.B) {
 
 // consumePGRun returns the rate, this process's CPU and the backend's CPU
 // (0 when not measured) during the run.
-func consumePGRun(b *testing.B, n, batch int, noClaim bool) (rate float64, goCPU, pgCPU time.Duration) {
+func consumePGRun(b *testing.B, n, batch int, noClaim, queued bool) (rate float64, goCPU, pgCPU time.Duration) {
 	ctx := context.Background()
 	db := testenv.NewDB(b)
 	cfg, err := pgxpool.ParseConfig(db.URL)
@@ -81,11 +82,7 @@ func consumePGRun(b *testing.B, n, batch int, noClaim bool) (rate float64, goCPU
 	for range n {
 		src.ds = append(src.ds, &memDelivery{id: uuid.NewString(), data: payload})
 	}
-	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		_, err := tx.Exec(ctx, insertEffect, msg.ID, msg.Payload)
-		return err
-	})
-	c, err := inbox.NewConsumer(pool, src, h, &inbox.Config{
+	c, err := inbox.NewConsumer(pool, src, effectHandler(queued), &inbox.Config{
 		Name: "bench", Schema: db.Schema, Concurrency: 1, BatchSize: batch, DisableClaim: noClaim,
 		Retention: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -51,37 +51,46 @@ func envInt(name string, def int) int {
 // One iteration is one whole run (use -benchtime 1x):
 //
 //   - oncekit-batch: inbox.Consumer, BatchSize 200 (one transaction per
-//     batch, one claim statement per batch, savepoints only after a failure)
+//     batch, one claim statement per batch, savepoints only after a
+//     failure); the handler inserts with tx.Exec, a round trip each
+//   - oncekit-batch-queue: the same, the handler queuing its insert with
+//     inbox.Queue (sent with the batch's commit, no round trip of its own)
 //   - oncekit: inbox.Consumer, one transaction per message
 //   - watermill: watermill router + watermill-nats JetStream subscribers on
 //     the same durable, each message in its own pgx transaction doing the
 //     same claim and insert (what a careful watermill user writes)
-//   - oncekit-noclaim: oncekit-batch with Config.DisableClaim, to price the
-//     dedup claim
+//   - oncekit-noclaim, oncekit-noclaim-queue: oncekit-batch and
+//     oncekit-batch-queue with Config.DisableClaim, to price the dedup claim
 //
-// oncekit-batch also reports, per iteration, x-watermill and
-// claim-overhead: its rate against a watermill run and an oncekit-noclaim
-// run made just before it (untimed, on fresh schemas and streams of their
-// own), so that the ratios compare runs minutes apart at most, not a whole
-// benchmark apart on a machine whose speed drifts.
+// The two batch contenders also report, per iteration, x-watermill and
+// claim-overhead: their rate against a watermill run and a run of their
+// noclaim twin made just before it (untimed, on fresh schemas and streams
+// of their own), so that the ratios compare runs minutes apart at most, not
+// a whole benchmark apart on a machine whose speed drifts.
 func BenchmarkConsume(b *testing.B) {
+	oncekit := func(batch int, noClaim, queued bool) func(*testing.B, *consumeEnv) {
+		return func(b *testing.B, env *consumeEnv) { env.runOncekit(b, batch, noClaim, queued) }
+	}
+	watermill := func(b *testing.B, env *consumeEnv) { env.runWatermill(b) }
 	for _, c := range []struct {
-		name   string
-		run    func(b *testing.B, env *consumeEnv)
-		paired bool
+		name string
+		run  func(b *testing.B, env *consumeEnv)
+		twin func(b *testing.B, env *consumeEnv) // the noclaim twin of a paired contender, else nil
 	}{
-		{"oncekit-batch", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, false) }, true},
-		{"oncekit", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, 1, false) }, false},
-		{"watermill", func(b *testing.B, env *consumeEnv) { env.runWatermill(b) }, false},
-		{"oncekit-noclaim", func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, true) }, false},
+		{"oncekit-batch", oncekit(consumeBatch, false, false), oncekit(consumeBatch, true, false)},
+		{"oncekit-batch-queue", oncekit(consumeBatch, false, true), oncekit(consumeBatch, true, true)},
+		{"oncekit", oncekit(1, false, false), nil},
+		{"watermill", watermill, nil},
+		{"oncekit-noclaim", oncekit(consumeBatch, true, false), nil},
+		{"oncekit-noclaim-queue", oncekit(consumeBatch, true, true), nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				var wmRate, noClaimRate float64
-				if c.paired {
-					wmRate = untimedConsume(b, func(b *testing.B, env *consumeEnv) { env.runWatermill(b) })
-					noClaimRate = untimedConsume(b, func(b *testing.B, env *consumeEnv) { env.runOncekit(b, consumeBatch, true) })
+				if c.twin != nil {
+					wmRate = untimedConsume(b, watermill)
+					noClaimRate = untimedConsume(b, c.twin)
 				}
 				env := newConsumeEnv(b, consumeN())
 				pg0, pgOK := backendCPU(context.Background(), env.db.Pool, env.app)
@@ -95,9 +104,10 @@ func BenchmarkConsume(b *testing.B) {
 				cpu1 := processCPU()
 				pg1, pgOK1 := backendCPU(context.Background(), env.db.Pool, env.app)
 				env.check(b)
+				env.close()
 				rate := float64(env.n) / elapsed.Seconds()
 				b.ReportMetric(rate, "msgs/s")
-				if c.paired {
+				if c.twin != nil {
 					b.ReportMetric(rate/wmRate, "x-watermill")
 					b.ReportMetric(1-rate/noClaimRate, "claim-overhead")
 				}
@@ -122,6 +132,7 @@ func untimedConsume(b *testing.B, run func(b *testing.B, env *consumeEnv)) float
 	run(b, env)
 	elapsed := time.Since(start)
 	env.check(b)
+	env.close()
 	return float64(env.n) / elapsed.Seconds()
 }
 
@@ -181,6 +192,15 @@ func newConsumeEnv(b *testing.B, n int) *consumeEnv {
 	return env
 }
 
+// close releases the run's world (its pool, schema and NATS server) at
+// once, so that the next run, timed or not, does not share the machine with
+// an idle server and tables it no longer uses.
+func (env *consumeEnv) close() {
+	env.pool.Close()
+	env.db.Close()
+	env.nats.Close()
+}
+
 func (env *consumeEnv) check(b *testing.B) {
 	b.Helper()
 	var rows int
@@ -194,7 +214,21 @@ func (env *consumeEnv) check(b *testing.B) {
 
 const insertEffect = `INSERT INTO bench_effects (message_id, payload) VALUES ($1, $2)`
 
-func (env *consumeEnv) runOncekit(b *testing.B, batch int, noClaim bool) {
+// effectHandler inserts the message's business row: with tx.Exec, or
+// queued with inbox.Queue (sent with the batch's next statement).
+func effectHandler(queued bool) inbox.Handler {
+	if queued {
+		return inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			return inbox.Queue(ctx, tx, insertEffect, msg.ID, msg.Payload)
+		})
+	}
+	return inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		_, err := tx.Exec(ctx, insertEffect, msg.ID, msg.Payload)
+		return err
+	})
+}
+
+func (env *consumeEnv) runOncekit(b *testing.B, batch int, noClaim, queued bool) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -203,11 +237,7 @@ func (env *consumeEnv) runOncekit(b *testing.B, batch int, noClaim bool) {
 		b.Fatal(err)
 	}
 	defer src.Close()
-	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		_, err := tx.Exec(ctx, insertEffect, msg.ID, msg.Payload)
-		return err
-	})
-	c, err := inbox.NewConsumer(env.pool, src, h, &inbox.Config{
+	c, err := inbox.NewConsumer(env.pool, src, effectHandler(queued), &inbox.Config{
 		Name: "bench", Schema: env.db.Schema, Concurrency: consumeConcurrency, BatchSize: batch,
 		DisableClaim: noClaim, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -48,6 +48,13 @@
 // together, and a message's SAVEPOINT travels with its handler's first
 // statement.
 //
+// The round trip that remains per message is the handler's own statement.
+// A handler that only writes can queue its statements with Queue instead:
+// they are sent together, in one round trip, with the next statement the
+// transaction sends (the commit at the latest), so a batch costs a handful of
+// round trips whatever its size. A queued statement that fails fails the
+// message that queued it, exactly as a returned error would.
+//
 // While no duplicate has been seen lately the claim is a plain INSERT, which
 // costs PostgreSQL about a third less than ON CONFLICT's speculative
 // insertion; a duplicate makes it fail with a unique violation, the

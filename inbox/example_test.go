@@ -41,6 +41,21 @@ func Example() {
 	_ = run
 }
 
+// A batch consumer's handler that only writes queues its statements: a
+// batch of 200 then sends its 200 inserts in one round trip, with the
+// commit, instead of one round trip each. A queued insert that fails fails
+// its own message, which is retried alone.
+func ExampleQueue() {
+	handle := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		var p struct{ Amount int64 }
+		if err := json.Unmarshal(msg.Payload, &p); err != nil {
+			return inbox.Permanent(fmt.Errorf("decode payment: %w", err))
+		}
+		return inbox.Queue(ctx, tx, `INSERT INTO invoices (event_id, amount) VALUES ($1, $2)`, msg.ID, p.Amount)
+	})
+	_ = handle
+}
+
 // The default redelivery backoff doubles from one second up to five minutes.
 func ExampleExponentialBackoff() {
 	backoff := inbox.ExponentialBackoff(time.Second, 5*time.Minute)

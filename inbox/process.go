@@ -39,12 +39,6 @@ type outcome struct {
 	err    error  // outRetry
 }
 
-// handlerTx is the transaction a handler gets: everything but ending it.
-type handlerTx struct{ pgx.Tx }
-
-func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
-func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
-
 // call runs the handler with tx, turning a panic into an error.
 func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error) {
 	start := time.Now()
@@ -225,6 +219,7 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, save
 	}
 	var release []uuid.UUID
 	var dead []DeadLetter
+	q := newQueueTx(tx)
 	for i, it := range items {
 		switch o := out[i]; o.kind {
 		case outPending:
@@ -256,13 +251,25 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, save
 			release = append(release, id)
 			continue
 		}
-		var htx pgx.Tx = handlerTx{tx}
+		var to pgx.Tx = tx
 		var sp *savepointTx
 		if savepoints && !single {
 			sp = &savepointTx{Tx: tx, pending: true}
-			htx = sp
+			to = sp
 		}
-		herr := c.call(ctx, htx, it.msg)
+		herr := c.call(ctx, q.on(to, i), it.msg)
+		if sp != nil || single {
+			// What the message queued goes now, under its savepoint (or
+			// alone), unless the handler failed.
+			if herr == nil {
+				herr = q.flush(ctx)
+			}
+			q.reset()
+		} else if q.failed >= 0 {
+			// A statement queued by this message or an earlier one failed
+			// when this handler sent one of its own.
+			return c.queueFailed(ctx, tx, items, out, q), nil
+		}
 		if herr == nil {
 			out[i] = outcome{kind: outProcessed}
 			continue
@@ -296,6 +303,9 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, save
 			blocked[it.msg.Key] = true
 		}
 	}
+	if q.flush(ctx) != nil {
+		return c.queueFailed(ctx, tx, items, out, q), nil
+	}
 	if claimed != nil && len(release) > 0 {
 		if err := c.store.unclaimAll(ctx, tx, c.cfg.Name, release); err != nil {
 			return -1, err
@@ -321,6 +331,15 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, save
 	}
 	crashpoint.Hit(CrashAfterCommit)
 	return -1, nil
+}
+
+// queueFailed rolls back a batch run without savepoints whose queued
+// statement failed, gives the failure to the message that queued it, and
+// returns that message's index (runTx's failed).
+func (c *Consumer) queueFailed(ctx context.Context, tx pgx.Tx, items []*item, out []outcome, q *queueTx) int {
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+	out[q.failed] = c.failure(items[q.failed], q.err)
+	return q.failed
 }
 
 // batchSender sends a batch of statements in one round trip; a

@@ -90,11 +90,22 @@ func (s *savepointTx) CopyFrom(ctx context.Context, t pgx.Identifier, cols []str
 	return s.Tx.CopyFrom(ctx, t, cols, src)
 }
 
+// SendBatch pipelines the pending savepoint ahead of b's statements.
 func (s *savepointTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := s.ensure(ctx); err != nil {
+	if !s.pending {
+		return s.Tx.SendBatch(ctx, b)
+	}
+	s.pending = false
+	sb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, b.Len()+1)}
+	sb.Queue(savepointSQL)
+	sb.QueuedQueries = append(sb.QueuedQueries, b.QueuedQueries...)
+	br := s.Tx.SendBatch(ctx, sb)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
 		return errBatch{err}
 	}
-	return s.Tx.SendBatch(ctx, b)
+	s.set = true
+	return br
 }
 
 func (s *savepointTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {

@@ -62,6 +62,18 @@ type DB struct {
 	Pool   *pgxpool.Pool // search_path set to Schema
 	Schema string        // the test's own schema, dropped at its end
 	URL    string        // DatabaseURL with search_path set to Schema
+
+	closeOnce sync.Once
+}
+
+// Close drops the schema and closes the pool now, rather than when the test
+// ends: for benchmarks that make several worlds in one iteration and must not
+// leave the earlier ones' tables behind the later ones. It is idempotent.
+func (d *DB) Close() {
+	d.closeOnce.Do(func() {
+		_, _ = d.Pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA IF EXISTS %q CASCADE`, d.Schema))
+		d.Pool.Close()
+	})
 }
 
 // NewDB creates a fresh schema, applies every migration in it and returns a
@@ -88,11 +100,9 @@ func NewDBAt(t testing.TB, version int) *DB {
 	require.NoError(t, err)
 	_, err = migrations.Up(ctx, pool, migrations.WithSchema(schema), migrations.WithTarget(version))
 	require.NoError(t, err, "migrations on %s (is PostgreSQL up?)", DatabaseURL())
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA IF EXISTS %q CASCADE`, schema))
-		pool.Close()
-	})
-	return &DB{Pool: pool, Schema: schema, URL: withSearchPath(DatabaseURL(), schema)}
+	db := &DB{Pool: pool, Schema: schema, URL: withSearchPath(DatabaseURL(), schema)}
+	t.Cleanup(db.Close)
+	return db
 }
 
 func withSearchPath(url, schema string) string {
@@ -109,6 +119,16 @@ type NATS struct {
 	Conn   *nats.Conn          // a connection, closed at the test's end
 	JS     jetstream.JetStream // JetStream on Conn
 	Server *server.Server      // nil when NATS_URL points elsewhere
+}
+
+// Close closes the connection and shuts the in-process server down (if
+// any) now, rather than when the test ends. It is idempotent.
+func (n *NATS) Close() {
+	n.Conn.Close()
+	if n.Server != nil {
+		n.Server.Shutdown()
+		n.Server.WaitForShutdown()
+	}
 }
 
 // NewNATS connects to NATS_URL when set, else starts an in-process

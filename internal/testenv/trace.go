@@ -14,20 +14,50 @@ import (
 
 // Statement is one statement a traced pool ran to completion.
 type Statement struct {
-	SQL  string
-	Args []any
-	Tag  pgconn.CommandTag
+	SQL   string
+	Args  []any
+	Tag   pgconn.CommandTag
+	Batch int // the batch (one round trip) it was sent in, counted from 1; 0: sent alone
 }
 
-// StatementLog records the statements (Exec, Query, QueryRow) run on the
-// pools it traces, for tests that must see how work was split into
-// statements: a bounded DELETE, say, rather than only its total.
+// StatementLog records the statements (Exec, Query, QueryRow, and each of a
+// batch's) run on the pools it traces, for tests that must see how work was
+// split into statements and round trips: a bounded DELETE, say, rather than
+// only its total.
 type StatementLog struct {
-	mu    sync.Mutex
-	stmts []Statement
+	mu      sync.Mutex
+	stmts   []Statement
+	batches int
 }
 
-type startKey struct{}
+type (
+	startKey struct{}
+	batchKey struct{}
+)
+
+// TraceBatchStart implements pgx.BatchTracer: it numbers the batch.
+func (l *StatementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	l.mu.Lock()
+	l.batches++
+	n := l.batches
+	l.mu.Unlock()
+	return context.WithValue(ctx, batchKey{}, n)
+}
+
+// TraceBatchQuery implements pgx.BatchTracer; failed statements are not
+// recorded.
+func (l *StatementLog) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if data.Err != nil {
+		return
+	}
+	n, _ := ctx.Value(batchKey{}).(int)
+	l.mu.Lock()
+	l.stmts = append(l.stmts, Statement{SQL: data.SQL, Args: data.Args, Tag: data.CommandTag, Batch: n})
+	l.mu.Unlock()
+}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (l *StatementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // TraceQueryStart implements pgx.QueryTracer.
 func (l *StatementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
