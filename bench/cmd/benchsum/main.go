@@ -42,6 +42,10 @@ var targets = []target{
 	{"relay-latency p99-ms", "BenchmarkRelayLatency/poll p99-ms", "", nil, "<=", 25},
 	{"consume oncekit-batch/watermill", "BenchmarkConsume/oncekit-batch x-watermill", "", nil, ">=", 10},
 	{"consume dedup-overhead", "BenchmarkConsume/oncekit-batch claim-overhead", "", nil, "<=", 0.20},
+	// The same two targets for the batch consumer whose handler queues its
+	// insert (inbox.Queue) instead of a round trip each.
+	{"consume oncekit-batch-queue/watermill", "BenchmarkConsume/oncekit-batch-queue x-watermill", "", nil, ">=", 10},
+	{"consume queue dedup-overhead", "BenchmarkConsume/oncekit-batch-queue claim-overhead", "", nil, "<=", 0.20},
 	{"dispatch oncekit effects/s", "BenchmarkDispatch/oncekit effects/s", "", nil, ">=", 5000},
 	{"dispatch oncekit/bare-http", "BenchmarkDispatch/oncekit x-bare", "", nil, ">=", 0.5},
 	{"edge replay p50-ms", "BenchmarkEdge/replay p50-ms", "", nil, "<=", 1},
