@@ -254,7 +254,7 @@ func (c *Consumer) runTx(ctx context.Context, items []*item, out []outcome, save
 		var to pgx.Tx = tx
 		var sp *savepointTx
 		if savepoints && !single {
-			sp = &savepointTx{Tx: tx, pending: true}
+			sp = newSavepointTx(tx)
 			to = sp
 		}
 		herr := c.call(ctx, q.on(to, i), it.msg)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Queue runs sql in tx, like tx.Exec, for a write whose result the handler
@@ -47,16 +46,20 @@ var errEarlierFailed = errors.New("inbox: a statement queued by an earlier messa
 // with Queue and sends them ahead of anything else that goes through it.
 // Ending the transaction is the Consumer's business (ErrTxOwned).
 type queueTx struct {
-	pgx.Tx           // where statements go: the transaction, or a message's savepointTx
-	q      pgx.Batch // queued statements
-	owners []int     // for each queued statement, the index of the message that queued it
-	msg    int       // the index of the message whose handler runs
+	guardedTx           // to: the transaction, or a message's savepointTx
+	q         pgx.Batch // queued statements
+	owners    []int     // for each queued statement, the index of the message that queued it
+	msg       int       // the index of the message whose handler runs
 
 	failed int   // the message whose queued statement failed, or -1
 	err    error // that statement's error
 }
 
-func newQueueTx(tx pgx.Tx) *queueTx { return &queueTx{Tx: tx, failed: -1} }
+func newQueueTx(tx pgx.Tx) *queueTx {
+	q := &queueTx{failed: -1}
+	q.guardedTx = guardedTx{Tx: tx, before: q.ahead}
+	return q
+}
 
 // on makes tx's statements go through to (the transaction, or a message's
 // savepointTx) for message i's handler.
@@ -72,9 +75,6 @@ func (q *queueTx) reset() {
 	q.owners = q.owners[:0]
 	q.failed, q.err = -1, nil
 }
-
-func (q *queueTx) Commit(context.Context) error   { return ErrTxOwned }
-func (q *queueTx) Rollback(context.Context) error { return ErrTxOwned }
 
 // flush sends the queued statements, in one round trip, and reports the
 // first failure (also kept in failed and err). After a failure the
@@ -116,68 +116,4 @@ func (q *queueTx) ahead(ctx context.Context) error {
 		return errEarlierFailed
 	}
 	return nil
-}
-
-func (q *queueTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if q.q.Len() == 0 && q.failed < 0 {
-		return q.Tx.Exec(ctx, sql, args...)
-	}
-	if err := q.ahead(ctx); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return q.Tx.Exec(ctx, sql, args...)
-}
-
-func (q *queueTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := q.ahead(ctx); err != nil {
-		return nil, err
-	}
-	return q.Tx.Query(ctx, sql, args...)
-}
-
-func (q *queueTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := q.ahead(ctx); err != nil {
-		return errRow{err}
-	}
-	return q.Tx.QueryRow(ctx, sql, args...)
-}
-
-func (q *queueTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := q.ahead(ctx); err != nil {
-		return nil, err
-	}
-	return q.Tx.Begin(ctx)
-}
-
-func (q *queueTx) CopyFrom(ctx context.Context, t pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if err := q.ahead(ctx); err != nil {
-		return 0, err
-	}
-	return q.Tx.CopyFrom(ctx, t, cols, src)
-}
-
-func (q *queueTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := q.ahead(ctx); err != nil {
-		return errBatch{err}
-	}
-	return q.Tx.SendBatch(ctx, b)
-}
-
-func (q *queueTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := q.ahead(ctx); err != nil {
-		return nil, err
-	}
-	return q.Tx.Prepare(ctx, name, sql)
-}
-
-func (q *queueTx) LargeObjects() pgx.LargeObjects {
-	_ = q.ahead(context.Background())
-	return q.Tx.LargeObjects()
-}
-
-// Conn sends the queued statements first, as the handler may use the
-// connection directly.
-func (q *queueTx) Conn() *pgx.Conn {
-	_ = q.ahead(context.Background())
-	return q.Tx.Conn()
 }

@@ -19,13 +19,18 @@ const (
 // no extra round trip; a handler that writes nothing never sets one.
 // Ending the transaction is the Consumer's business (ErrTxOwned).
 type savepointTx struct {
-	pgx.Tx
+	guardedTx
 	pending bool // the savepoint is still to be sent
 	set     bool // the savepoint exists
 }
 
-func (s *savepointTx) Commit(context.Context) error   { return ErrTxOwned }
-func (s *savepointTx) Rollback(context.Context) error { return ErrTxOwned }
+// newSavepointTx returns tx for one message's handler, its savepoint
+// pending.
+func newSavepointTx(tx pgx.Tx) *savepointTx {
+	s := &savepointTx{pending: true}
+	s.guardedTx = guardedTx{Tx: tx, before: s.ensure}
+	return s
+}
 
 // ensure sends the savepoint if it is still pending.
 func (s *savepointTx) ensure(ctx context.Context) error {
@@ -62,34 +67,6 @@ func (s *savepointTx) Exec(ctx context.Context, sql string, args ...any) (pgconn
 	return tag, err
 }
 
-func (s *savepointTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
-	return s.Tx.Query(ctx, sql, args...)
-}
-
-func (s *savepointTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := s.ensure(ctx); err != nil {
-		return errRow{err}
-	}
-	return s.Tx.QueryRow(ctx, sql, args...)
-}
-
-func (s *savepointTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
-	return s.Tx.Begin(ctx)
-}
-
-func (s *savepointTx) CopyFrom(ctx context.Context, t pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if err := s.ensure(ctx); err != nil {
-		return 0, err
-	}
-	return s.Tx.CopyFrom(ctx, t, cols, src)
-}
-
 // SendBatch pipelines the pending savepoint ahead of b's statements.
 func (s *savepointTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if !s.pending {
@@ -106,23 +83,6 @@ func (s *savepointTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 	}
 	s.set = true
 	return br
-}
-
-func (s *savepointTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
-	return s.Tx.Prepare(ctx, name, sql)
-}
-
-func (s *savepointTx) LargeObjects() pgx.LargeObjects {
-	_ = s.ensure(context.Background())
-	return s.Tx.LargeObjects()
-}
-
-func (s *savepointTx) Conn() *pgx.Conn {
-	_ = s.ensure(context.Background())
-	return s.Tx.Conn()
 }
 
 // undo rolls the handler's work back after it failed. It reports false when
@@ -147,3 +107,74 @@ func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
 func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
 func (b errBatch) Close() error                     { return b.err }
 func (b errBatch) Tx() pgx.Tx                       { return nil }
+
+// guardedTx is a handler's transaction that runs before ahead of every
+// statement sent through it: a pending savepoint, queued statements.
+type guardedTx struct {
+	pgx.Tx
+	before func(ctx context.Context) error
+}
+
+func (g *guardedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := g.before(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return g.Tx.Exec(ctx, sql, args...)
+}
+
+func (g *guardedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := g.before(ctx); err != nil {
+		return nil, err
+	}
+	return g.Tx.Query(ctx, sql, args...)
+}
+
+func (g *guardedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := g.before(ctx); err != nil {
+		return errRow{err}
+	}
+	return g.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (g *guardedTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := g.before(ctx); err != nil {
+		return nil, err
+	}
+	return g.Tx.Begin(ctx)
+}
+
+func (g *guardedTx) CopyFrom(ctx context.Context, t pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := g.before(ctx); err != nil {
+		return 0, err
+	}
+	return g.Tx.CopyFrom(ctx, t, cols, src)
+}
+
+func (g *guardedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := g.before(ctx); err != nil {
+		return errBatch{err}
+	}
+	return g.Tx.SendBatch(ctx, b)
+}
+
+func (g *guardedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := g.before(ctx); err != nil {
+		return nil, err
+	}
+	return g.Tx.Prepare(ctx, name, sql)
+}
+
+func (g *guardedTx) LargeObjects() pgx.LargeObjects {
+	_ = g.before(context.Background())
+	return g.Tx.LargeObjects()
+}
+
+// Conn runs before first, as the handler may use the connection directly.
+func (g *guardedTx) Conn() *pgx.Conn {
+	_ = g.before(context.Background())
+	return g.Tx.Conn()
+}
+
+// Commit and Rollback are the Consumer's business.
+func (g *guardedTx) Commit(context.Context) error   { return ErrTxOwned }
+func (g *guardedTx) Rollback(context.Context) error { return ErrTxOwned }
