@@ -25,7 +25,8 @@ import (
 // error of its own; the statement's error reaches the Consumer.
 //
 // The args are encoded when the statement is sent: do not change them after
-// queuing. On any other transaction (the watermill middleware's, a caller's
+// queuing. The handler_seconds metric times the handler, not the queued
+// statements. On any other transaction (the watermill middleware's, a caller's
 // own) Queue is tx.Exec and returns its error.
 func Queue(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
 	if q, ok := tx.(*queueTx); ok {
