@@ -90,10 +90,10 @@ func BenchmarkConsume(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				var wmRate, noClaimRate float64
+				var wmRate, twinRates float64
 				if c.twin != nil {
 					wmRate = untimedConsume(b, watermill)
-					noClaimRate = untimedConsume(b, c.twin)
+					twinRates = untimedConsume(b, c.twin)
 				}
 				env := newConsumeEnv(b, consumeN())
 				pg0, pgOK := backendCPU(context.Background(), env.db.Pool, env.app)
@@ -116,8 +116,8 @@ func BenchmarkConsume(b *testing.B) {
 					// order cancels a machine that speeds up or slows
 					// down steadily through the pair.
 					again := untimedConsume(b, c.run)
-					noClaimRate += untimedConsume(b, c.twin)
-					b.ReportMetric(1-(rate+again)/noClaimRate, "claim-overhead")
+					twinRates += untimedConsume(b, c.twin)
+					b.ReportMetric(1-(rate+again)/twinRates, "claim-overhead")
 				}
 				// CPU per message, which other load on a shared machine
 				// disturbs far less than the rate: this process (the

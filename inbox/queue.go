@@ -112,7 +112,7 @@ func (q *queueTx) flush(ctx context.Context) error {
 func (q *queueTx) ahead(ctx context.Context) error {
 	if err := q.flush(ctx); err != nil {
 		if q.failed == q.msg {
-			return err
+			return q.err
 		}
 		return errEarlierFailed
 	}

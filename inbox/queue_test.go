@@ -25,10 +25,7 @@ const queueEffect = `INSERT INTO effects (message_id, attempt) VALUES ($1, $2)`
 func TestQueuedWritesTravelTogether(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	msgs := make([]broker.Message, 20)
-	for i := range msgs {
-		msgs[i] = b.msg("", i)
-	}
+	msgs := b.msgs(20)
 	var first sync.Once
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		first.Do(func() { waitDelivered(t, b, len(msgs)) })
@@ -70,10 +67,7 @@ func TestQueuedWritesTravelTogether(t *testing.T) {
 func TestQueuedWritesAreSentBeforeDirectStatements(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	msgs := make([]broker.Message, 10)
-	for i := range msgs {
-		msgs[i] = b.msg("", i)
-	}
+	msgs := b.msgs(10)
 	var mu sync.Mutex
 	seen := map[uuid.UUID]int{} // rows of the batch visible to each handler, its own included
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {

@@ -87,6 +87,15 @@ func (b *bundle) msg(key string, seq int) broker.Message {
 	return broker.Message{ID: uuid.New(), Subject: b.subject, Key: key, Payload: []byte(fmt.Sprint(seq))}
 }
 
+// msgs builds n keyless messages, payloads 0 to n-1.
+func (b *bundle) msgs(n int) []broker.Message {
+	out := make([]broker.Message, n)
+	for i := range out {
+		out[i] = b.msg("", i)
+	}
+	return out
+}
+
 func (b *bundle) publish(msgs ...broker.Message) []broker.Result {
 	b.t.Helper()
 	res := b.pub.Publish(context.Background(), msgs)
