@@ -5,7 +5,7 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: help test test-short demo bench build vet fuzz clean
+.PHONY: help test test-short quickstart demo chaos bench results build vet fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -14,18 +14,43 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 	$(GO) vet ./...
 	$(GO) test -race -timeout 30m ./...
 	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
+	cd examples/kafka && $(GO) vet ./...
 
 test-short: ## the quick tests only
 	$(GO) test -short ./...
 
-demo: ## the whole chain end to end on the local services (edge, outbox, relay, inbox, ledger, drift)
-	$(GO) run ./examples/chain
+quickstart: ## the README's quickstart: pool, migrations, stream, outbox, relay, consumer, dispatcher, edge
+	$(GO) run ./examples/quickstart
+
+PAYMENTS_SQL := SELECT id FROM payments_demo.payments
+LEDGER_ONCE  := SELECT p.id FROM payments_demo.payments p LEFT JOIN payments_demo.ledger_entries l ON l.payment_id = p.id GROUP BY p.id HAVING count(l.id) <> 1
+
+demo: ## the payments example end to end on the local services, then `oncekit drift` on its tables
+	$(GO) run ./examples/payments demo
+	@echo; echo '$$ oncekit drift --schema payments_demo --expect … --rule …'
+	$(GO) run ./cmd/oncekit drift --schema payments_demo \
+		--expect 'payment_captured=provider.capture:$(PAYMENTS_SQL)' \
+		--expect 'payment_receipted=receipt.email:$(PAYMENTS_SQL)' \
+		--rule 'ledger_once=$(LEDGER_ONCE)'
+
+DURATION ?= 2m
+BROKEN   ?=
+
+chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…)
+	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN))
 
 BENCH_COUNT ?= 3
+BENCH_NOTE  ?=
 
-bench: ## benchmarks against watermill and the raw limits (BENCH_COUNT runs each, 3 unless set)
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 90m . | tee ../bench.txt
-	cd bench && $(GO) run ./cmd/benchsum < ../bench.txt | tee ../bench-summary.txt
+bench: ## benchmarks against watermill and the raw limits (BENCH_COUNT runs each, 3 unless set); writes bench/RESULTS.md
+	{ echo "date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "nproc: $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"; \
+	  echo "go: $$($(GO) env GOVERSION)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; } > bench.txt
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 90m . | tee -a ../bench.txt
+	echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >> bench.txt
+	$(MAKE) --no-print-directory results
+
+results: ## bench-summary.txt and bench/RESULTS.md from the last bench.txt (BENCH_NOTE adds a sentence)
+	cd bench && $(GO) run ./cmd/benchsum -results RESULTS.md -note "$(BENCH_NOTE)" < ../bench.txt | tee ../bench-summary.txt
 
 build: ## build the oncekit binary into bin/
 	$(GO) build -o bin/oncekit ./cmd/oncekit

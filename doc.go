@@ -9,7 +9,9 @@
 // processed_messages (package inbox), and the idempotency key handed to an
 // external provider by the side-effect ledger (package sideeffect).
 //
-// This package holds only the identity functions, which are pure and stable
-// forever: changing their output would break retries across deploys, so golden
-// vectors in the tests pin them.
+// This package holds the identity functions, which are pure and stable
+// forever (changing their output would break retries across deploys, so golden
+// vectors in the tests pin them), and the narrow database interfaces every
+// other package accepts: Querier, Beginner, DB and Pool, which pgx's own
+// types satisfy (*pgxpool.Pool all four; pgx.Tx and *pgx.Conn all but Pool).
 package oncekit

@@ -131,13 +131,13 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ = 100
 }
 
-// memSource is an inbox.Source over a slice: every message once, acks ignored.
+// memSource is an broker.Source over a slice: every message once, acks ignored.
 type memSource struct {
 	mu sync.Mutex
-	ds []inbox.Delivery
+	ds []broker.Delivery
 }
 
-func (s *memSource) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+func (s *memSource) Receive(ctx context.Context, max int) ([]broker.Delivery, error) {
 	s.mu.Lock()
 	if len(s.ds) == 0 {
 		s.mu.Unlock()
@@ -151,8 +151,8 @@ func (s *memSource) Receive(ctx context.Context, max int) ([]inbox.Delivery, err
 	return out, nil
 }
 
-func (s *memSource) Limits(context.Context) (inbox.SourceLimits, error) {
-	return inbox.SourceLimits{AckWait: time.Minute, MaxDeliver: -1}, nil
+func (s *memSource) Limits(context.Context) (broker.SourceLimits, error) {
+	return broker.SourceLimits{AckWait: time.Minute, MaxDeliver: -1}, nil
 }
 
 type memDelivery struct {

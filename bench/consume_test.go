@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -156,6 +157,13 @@ type consumeEnv struct {
 
 func newConsumeEnv(b *testing.B, n int) *consumeEnv {
 	b.Helper()
+	return newKeyedConsumeEnv(b, n, 0)
+}
+
+// newKeyedConsumeEnv is newConsumeEnv with each message given one of keys
+// ordering keys at random (none when keys is 0).
+func newKeyedConsumeEnv(b *testing.B, n, keys int) *consumeEnv {
+	b.Helper()
 	ctx := context.Background()
 	env := &consumeEnv{n: n, db: testenv.NewDB(b), nats: testenv.NewNATS(b), stream: "consume_" + uuid.NewString()[:8]}
 	env.app = "oncekit_consume_" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -190,6 +198,9 @@ func newConsumeEnv(b *testing.B, n int) *consumeEnv {
 		msgs := make([]broker.Message, min(1000, n-off))
 		for i := range msgs {
 			msgs[i] = broker.Message{ID: uuid.New(), Subject: env.stream, Payload: payload}
+			if keys > 0 {
+				msgs[i].Key = "acc-" + strconv.Itoa(rand.IntN(keys))
+			}
 		}
 		for _, r := range pub.Publish(ctx, msgs) {
 			if r.Err != nil {

@@ -44,14 +44,22 @@ type Result struct {
 	Sequence uint64
 }
 
-// Publisher publishes messages.
+// Publisher publishes messages; the outbox relay is its user.
 //
 // Publish sends msgs and returns exactly one Result per message, in the same
 // order. A nil Err means the broker acknowledged the message durably; a non-nil
 // Err means it may or may not have stored it (the caller retries with the same
 // ID, and the broker's dedup or the consumer's absorbs a second copy). Publish
 // returns early with context errors for the messages not yet acknowledged when
-// ctx ends. Implementations must be safe for concurrent use.
+// ctx ends.
+//
+// Publish promises no order among the messages of one call: the relay puts at
+// most one message of an ordering key in a call (or, with natsjs, chains a
+// key's messages through PublishChain), so a key's messages are stored in
+// order whenever the broker stores in arrival order. Every message carries
+// its ID in HeaderEventID (and HeaderMsgID, which JetStream dedups on) and its
+// Key in HeaderKey, for the consumer. Implementations must be safe for
+// concurrent use.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []Message) []Result
 }

@@ -1,4 +1,18 @@
-// Package broker defines what oncekit needs from a message broker: the
-// Message it moves and a small Publisher interface with a result per message.
-// Adapters live in subpackages, one per external system (broker/natsjs).
+// Package broker is oncekit's seam to message brokers, in both directions.
+//
+// Outbound, the relay hands a Publisher batches of Message and gets one
+// Result per message. Inbound, an inbox.Consumer reads a Source, which hands
+// it Delivery values to settle (Ack after commit, Nak with a delay on
+// failure). The guarantees each side relies on are written in the
+// interfaces' doc comments, as watermill's message.Publisher and
+// message.Subscriber write theirs.
+//
+// Adapters live in subpackages, one per external system, and depend on this
+// package only: broker/natsjs (NATS JetStream) and broker/wmbroker (any
+// watermill Publisher and Subscriber: RabbitMQ, Redis Streams, Kafka, SQS,
+// ...). broker/brokertest is the conformance suite every adapter passes.
+//
+// Every message carries its event ID in HeaderEventID (and, on JetStream,
+// HeaderMsgID, which the server dedups on). Where a broker cannot dedup by
+// event ID, the inbox's claim on that ID is the dedup.
 package broker

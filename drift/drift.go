@@ -1,15 +1,19 @@
 package drift
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
@@ -29,114 +33,154 @@ type Config struct {
 	// LeaseGrace is how long past its lease a fired effect or an in-progress
 	// idempotency record may be before it counts. Defaults to 1 minute.
 	LeaseGrace time.Duration
+	// FailedWindow is how far back the effects_failed check looks for
+	// effects that failed (recorded within it). Defaults to 24 hours.
+	FailedWindow time.Duration
+	// Window, when positive, bounds what the expectations read on large
+	// tables: only side effects recorded within Window are matched, and the
+	// sources SQL may use "{since}" (now() minus Window) to select the
+	// sources of the same period. Zero reads everything.
+	Window time.Duration
+	// CheckTimeout bounds each check. A check past it, or one that fails,
+	// is reported as such (Finding.Error) and the others still run.
+	// Defaults to 30 seconds.
+	CheckTimeout time.Duration
+	// Concurrency is how many checks run at once. Defaults to 4.
+	Concurrency int
+	// MaxIDs bounds the IDs an expectation lists as missing and as extra.
+	// Defaults to 100.
+	MaxIDs int
 	// Rules are the user's own checks.
 	Rules []Rule
+	// Horizons are the consumers whose claims in processed_messages must
+	// cover their redelivery horizon.
+	Horizons []Horizon
+	// Skip names built-in checks to leave out (such as "effects_failed"
+	// while known failures are being handled).
+	Skip []string
 	// Registerer receives the drift gauges. Nil means no metrics.
 	Registerer prometheus.Registerer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// Rule is a user check: SQL that returns one row per violation, the first
-// column describing it (cast to text). No rows means no drift. The SQL may use
-// "{schema}" for oncekit's schema.
-type Rule struct {
-	// Name identifies the rule in reports and metrics: [a-z0-9_], unique.
-	Name string
-	// SQL returns the violating rows.
-	SQL string
-}
-
-// ExpectEffects is the rule "every source returned by sourcesSQL has exactly
-// one side effect of kind, and no effect of kind exists without a source".
-// sourcesSQL returns one text column, the source IDs (the SourceID the
-// handler passed to sideeffect.Record). Unique(source_id, kind) makes "more
-// than one" impossible in the ledger, so the rule reports missing effects and
-// effects without a source.
-func ExpectEffects(name, kind, sourcesSQL string) Rule {
-	q := fmt.Sprintf(`WITH src AS (SELECT DISTINCT s::text AS source_id FROM (%s) AS q(s))
-SELECT 'missing ' || src.source_id FROM src
- WHERE NOT EXISTS (SELECT 1 FROM {schema}.side_effects e WHERE e.kind = %s AND e.source_id = src.source_id)
-UNION ALL
-SELECT 'without source ' || e.source_id FROM {schema}.side_effects e
- WHERE e.kind = %[2]s AND NOT EXISTS (SELECT 1 FROM src WHERE src.source_id = e.source_id)`,
-		sourcesSQL, quoteLiteral(kind))
-	return Rule{Name: name, SQL: q}
-}
-
-func quoteLiteral(s string) string {
-	out := []byte{'\''}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '\''))
-}
-
 // ErrInvalidConfig is returned by New for a bad Config.
 var ErrInvalidConfig = errors.New("drift: invalid config")
+
+// ErrCheckFailed is wrapped by the error Run returns when a check could not
+// run (its Finding carries the reason).
+var ErrCheckFailed = errors.New("drift: a check could not run")
 
 var ruleName = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 
 // Checker runs the checks.
 type Checker struct {
-	db      pgsql.Querier
+	db      oncekit.Querier
 	cfg     Config
 	checks  []check
 	metrics *metrics
 }
 
 // New returns a Checker over db for cfg (nil means the zero Config).
-func New(db pgsql.Querier, cfg *Config) (*Checker, error) {
-	c := Config{}
-	if cfg != nil {
-		c = *cfg
+func New(db oncekit.Querier, cfg *Config) (*Checker, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	schema, err := pgsql.ValidateSchema(c.Schema)
-	if err != nil {
-		return nil, fmt.Errorf("%w: Schema: %v", ErrInvalidConfig, err)
+	ch := &Checker{db: db, cfg: c}
+	skip := map[string]bool{}
+	for _, name := range c.Skip {
+		skip[name] = true
 	}
-	c.Schema = schema
-	if c.MaxOutboxAge <= 0 {
-		c.MaxOutboxAge = time.Minute
-	}
-	if c.MaxOutboxBacklog <= 0 {
-		c.MaxOutboxBacklog = 100_000
-	}
-	if c.MaxPendingAge <= 0 {
-		c.MaxPendingAge = 5 * time.Minute
-	}
-	if c.LeaseGrace <= 0 {
-		c.LeaseGrace = time.Minute
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	seen := map[string]bool{}
-	for i, r := range c.Rules {
-		if !ruleName.MatchString(r.Name) {
-			return nil, fmt.Errorf("%w: Rules[%d].Name %q: want [a-z0-9_]{1,64}", ErrInvalidConfig, i, r.Name)
+	for _, b := range builtins(c) {
+		if !skip[b.name] {
+			ch.checks = append(ch.checks, b)
 		}
-		if seen[r.Name] {
-			return nil, fmt.Errorf("%w: Rules[%d].Name %q used twice", ErrInvalidConfig, i, r.Name)
-		}
-		if r.SQL == "" {
-			return nil, fmt.Errorf("%w: Rules[%d].SQL is empty", ErrInvalidConfig, i)
-		}
-		seen[r.Name] = true
 	}
-	ch := &Checker{db: db, cfg: c, checks: builtins(c)}
 	for _, r := range c.Rules {
-		ch.checks = append(ch.checks, ruleCheck(r, schema))
+		ch.checks = append(ch.checks, r.check(c))
+	}
+	if len(c.Horizons) > 0 {
+		ch.checks = append(ch.checks, horizonCheck(c))
 	}
 	if c.Registerer != nil {
+		var err error
 		if ch.metrics, err = newMetrics(c.Registerer); err != nil {
 			return nil, err
 		}
 	}
 	return ch, nil
+}
+
+// withDefaults returns a copy of c (the zero Config if nil) with defaults set.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
+	out.MaxOutboxAge = cmp.Or(out.MaxOutboxAge, time.Minute)
+	out.MaxPendingAge = cmp.Or(out.MaxPendingAge, 5*time.Minute)
+	out.LeaseGrace = cmp.Or(out.LeaseGrace, time.Minute)
+	out.FailedWindow = cmp.Or(out.FailedWindow, 24*time.Hour)
+	out.CheckTimeout = cmp.Or(out.CheckTimeout, 30*time.Second)
+	out.MaxOutboxBacklog = cmp.Or(out.MaxOutboxBacklog, 100_000)
+	out.Concurrency = cmp.Or(out.Concurrency, 4)
+	out.MaxIDs = cmp.Or(out.MaxIDs, 100)
+	out.Logger = cmp.Or(out.Logger, slog.Default())
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "drift: Config."+field, format, args...)
+	}
+	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
+		return bad("Schema", "%w", err)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"MaxOutboxAge", c.MaxOutboxAge}, {"MaxPendingAge", c.MaxPendingAge}, {"LeaseGrace", c.LeaseGrace},
+		{"FailedWindow", c.FailedWindow}, {"Window", c.Window}, {"CheckTimeout", c.CheckTimeout}} {
+		if f.d < 0 {
+			return bad(f.name, "%s is negative", f.d)
+		}
+	}
+	switch {
+	case c.MaxOutboxBacklog < 0:
+		return bad("MaxOutboxBacklog", "%d is negative", c.MaxOutboxBacklog)
+	case c.Concurrency < 0:
+		return bad("Concurrency", "%d is negative", c.Concurrency)
+	case c.MaxIDs < 0:
+		return bad("MaxIDs", "%d is negative", c.MaxIDs)
+	}
+	seen := map[string]bool{}
+	for _, b := range builtins(*c) {
+		seen[b.name] = true
+	}
+	for _, name := range c.Skip {
+		if !seen[name] {
+			return bad("Skip", "%q is not a built-in check", name)
+		}
+	}
+	for i, r := range c.Rules {
+		if err := r.validate(); err != nil {
+			return bad(fmt.Sprintf("Rules[%d]", i), "%w", err)
+		}
+		if seen[r.Name] {
+			return bad(fmt.Sprintf("Rules[%d].Name", i), "%q used twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+	for i, h := range c.Horizons {
+		if h.Consumer == "" || h.Horizon <= 0 {
+			return bad(fmt.Sprintf("Horizons[%d]", i), "want a consumer and a positive horizon")
+		}
+	}
+	return nil
 }
 
 // Finding is the outcome of one check.
@@ -149,9 +193,29 @@ type Finding struct {
 	Limit float64
 	// Drift is true when Value exceeds Limit.
 	Drift bool
-	// Examples describe up to a few violating rows (rules only).
+	// Error, when set, says why the check could not run (it timed out, its
+	// SQL is wrong, the database is down); Value and Drift then mean nothing.
+	Error string
+	// Examples describe up to a few violating rows.
 	Examples []string
+	// IDs identify the offending rows of a built-in check (effect, dead
+	// letter or outbox message IDs), at most Config.MaxIDs of them.
+	IDs []string
+	// Missing lists the business IDs an expectation found without their
+	// effect (at most Config.MaxIDs; MissingTotal counts them all).
+	Missing []string
+	// Extra lists the business IDs an expectation found with an effect too
+	// many: an effect without a source, or a second effect of the kind for
+	// one business ID (at most Config.MaxIDs; ExtraTotal counts them all).
+	Extra []string
+	// MissingTotal and ExtraTotal count the missing and extra IDs.
+	MissingTotal, ExtraTotal int64
+	// Duration is how long the check took.
+	Duration time.Duration
 }
+
+// Failed reports whether the check could not run.
+func (f Finding) Failed() bool { return f.Error != "" }
 
 // Report is the result of one run.
 type Report struct {
@@ -169,23 +233,66 @@ func (r Report) Drifted() bool {
 	return false
 }
 
-// Run executes every check once and returns the report. A check that cannot
-// run (the database is down, a rule's SQL is wrong) is an error: no report is
-// better than a reassuring one.
-func (c *Checker) Run(ctx context.Context) (Report, error) {
-	rep := Report{At: time.Now()}
-	for _, chk := range c.checks {
-		f, err := chk.run(ctx, c.db)
-		if err != nil {
-			return Report{}, fmt.Errorf("drift: check %s: %w", chk.name, err)
+// Failed reports whether any check could not run.
+func (r Report) Failed() bool {
+	for _, f := range r.Findings {
+		if f.Failed() {
+			return true
 		}
-		rep.Findings = append(rep.Findings, f)
-		if f.Drift {
+	}
+	return false
+}
+
+// Run executes every check once, each under Config.CheckTimeout and at most
+// Config.Concurrency at a time, and returns the report with one finding per
+// check, in the order of the checks. A check that cannot run (the database is
+// down, a rule's SQL is wrong, it timed out) is reported in its finding, the
+// others still run, and Run returns an error wrapping ErrCheckFailed along
+// with the report: no check is ever silently reassuring.
+func (c *Checker) Run(ctx context.Context) (Report, error) {
+	rep := Report{At: time.Now(), Findings: make([]Finding, len(c.checks))}
+	sem := make(chan struct{}, c.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, chk := range c.checks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rep.Findings[i] = c.runOne(ctx, chk)
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, f := range rep.Findings {
+		switch {
+		case f.Failed():
+			errs = append(errs, fmt.Errorf("check %s: %s", f.Check, f.Error))
+			c.cfg.Logger.Error("drift check could not run", "check", f.Check, "err", f.Error)
+		case f.Drift:
 			c.cfg.Logger.Warn("drift", "check", f.Check, "value", f.Value, "limit", f.Limit)
 		}
 	}
 	if c.metrics != nil {
 		c.metrics.observe(rep)
 	}
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("%w: %w", ErrCheckFailed, errors.Join(errs...))
+	}
 	return rep, nil
+}
+
+// runOne runs chk under the check timeout.
+func (c *Checker) runOne(ctx context.Context, chk check) Finding {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CheckTimeout)
+	defer cancel()
+	f, err := chk.run(cctx, c.db)
+	f.Check, f.Duration = chk.name, time.Since(start)
+	if err != nil {
+		if cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			err = fmt.Errorf("timed out after %s", c.cfg.CheckTimeout)
+		}
+		return Finding{Check: chk.name, Limit: chk.limit, Error: err.Error(), Duration: f.Duration}
+	}
+	return f
 }

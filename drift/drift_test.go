@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +55,8 @@ func TestCleanChainHasNoDrift(t *testing.T) {
 	rep, err := c.Run(context.Background())
 	require.NoError(t, err)
 	require.False(t, rep.Drifted(), "%+v", rep.Findings)
-	require.Len(t, rep.Findings, 9)
+	require.False(t, rep.Failed(), "%+v", rep.Findings)
+	require.Len(t, rep.Findings, 10)
 }
 
 func TestEveryKindOfDriftIsFound(t *testing.T) {
@@ -66,6 +68,7 @@ func TestEveryKindOfDriftIsFound(t *testing.T) {
 	// Side effects: fired past its lease, unknown, pending long overdue.
 	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state, lease_expires_at) VALUES ('o1', 'email', 'k1', 'fired', now() - interval '1 hour')`)
 	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state) VALUES ('o2', 'email', 'k2', 'unknown')`)
+	exec(t, db, `UPDATE side_effects SET next_attempt_at = 'infinity' WHERE state = 'unknown'`)
 	exec(t, db, `INSERT INTO side_effects (source_id, kind, idempotency_key, state, next_attempt_at) VALUES ('o9', 'email', 'k9', 'pending', now() - interval '1 hour')`)
 	// An HTTP request in progress long past its lease.
 	exec(t, db, `INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, locked_until, expires_at)
@@ -101,7 +104,7 @@ func TestEveryKindOfDriftIsFound(t *testing.T) {
 	require.True(t, age.Drift)
 	require.InDelta(t, (2 * time.Hour).Seconds(), age.Value, 60)
 	require.False(t, finding(t, rep, "custom_none").Drift)
-	require.ElementsMatch(t, []string{"missing o3", "without source o9"}, finding(t, rep, "order_receipts").Examples)
+	require.ElementsMatch(t, []string{"missing o3", "extra o9: effect 3 without a source"}, finding(t, rep, "order_receipts").Examples)
 
 	require.Equal(t, 1.0, gauge(t, reg, "oncekit_drift_findings", "effects_unknown"))
 	require.Equal(t, 2.0, gauge(t, reg, "oncekit_drift_value", "order_receipts"))
@@ -121,21 +124,40 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, check string) float64 {
 func TestBrokenRuleIsAnError(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	c, err := drift.New(db.Pool, &drift.Config{Schema: db.Schema, Rules: []drift.Rule{{Name: "bad", SQL: "SELECT nope FROM nowhere"}}})
+	c, err := drift.New(db.Pool, &drift.Config{Schema: db.Schema, Logger: quiet, Rules: []drift.Rule{{Name: "bad", SQL: "SELECT nope FROM nowhere"}}})
 	require.NoError(t, err)
-	_, err = c.Run(context.Background())
+	rep, err := c.Run(context.Background())
+	require.ErrorIs(t, err, drift.ErrCheckFailed)
 	require.ErrorContains(t, err, "check bad")
+	require.True(t, finding(t, rep, "bad").Failed())
+	require.False(t, finding(t, rep, "dead_letters").Failed(), "the other checks ran")
 }
 
 func TestConfigIsValidated(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []drift.Config{
-		{Schema: "Bad Schema"},
-		{Rules: []drift.Rule{{Name: "Has Space", SQL: "SELECT 1"}}},
-		{Rules: []drift.Rule{{Name: "a", SQL: "SELECT 1"}, {Name: "a", SQL: "SELECT 1"}}},
-		{Rules: []drift.Rule{{Name: "a"}}},
+	for _, tc := range []struct {
+		field string
+		cfg   drift.Config
+	}{
+		{"Schema", drift.Config{Schema: "Bad Schema"}},
+		{"MaxOutboxAge", drift.Config{MaxOutboxAge: -1}},
+		{"MaxPendingAge", drift.Config{MaxPendingAge: -1}},
+		{"LeaseGrace", drift.Config{LeaseGrace: -1}},
+		{"FailedWindow", drift.Config{FailedWindow: -1}},
+		{"Window", drift.Config{Window: -1}},
+		{"CheckTimeout", drift.Config{CheckTimeout: -1}},
+		{"MaxOutboxBacklog", drift.Config{MaxOutboxBacklog: -1}},
+		{"Concurrency", drift.Config{Concurrency: -1}},
+		{"MaxIDs", drift.Config{MaxIDs: -1}},
+		{"Skip", drift.Config{Skip: []string{"effects_faild"}}},
+		{"Rules[0]", drift.Config{Rules: []drift.Rule{{Name: "Has Space", SQL: "SELECT 1"}}}},
+		{"Rules[1].Name", drift.Config{Rules: []drift.Rule{{Name: "a", SQL: "SELECT 1"}, {Name: "a", SQL: "SELECT 1"}}}},
+		{"Rules[0].Name", drift.Config{Rules: []drift.Rule{{Name: "dead_letters", SQL: "SELECT 1"}}}},
+		{"Rules[0]", drift.Config{Rules: []drift.Rule{{Name: "a"}}}},
+		{"Horizons[0]", drift.Config{Horizons: []drift.Horizon{{Consumer: "c"}}}},
 	} {
-		_, err := drift.New(nil, &cfg)
-		require.True(t, errors.Is(err, drift.ErrInvalidConfig), "%+v: %v", cfg, err)
+		_, err := drift.New(nil, &tc.cfg)
+		require.True(t, errors.Is(err, drift.ErrInvalidConfig), "%+v: %v", tc.cfg, err)
+		require.True(t, strings.HasPrefix(err.Error(), "drift: Config."+tc.field+": "), "%v", err)
 	}
 }

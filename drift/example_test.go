@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -37,4 +38,25 @@ func Example() {
 		fmt.Println("drift found")
 		os.Exit(1)
 	}
+}
+
+// Rules from a YAML file: a capture per payment, matched on the payment ID in
+// the effect's payload, read over the last day only.
+func ExampleReadRules() {
+	cfg := drift.Config{}
+	err := drift.ReadRules(strings.NewReader(`
+window: 24h
+rules:
+  - name: payment_captures
+    expect:
+      kind: payment.capture
+      sources: SELECT id FROM payments WHERE created_at >= {since}
+      business_id: $.payment_id
+`), &cfg)
+	if err != nil {
+		panic(err)
+	}
+	r := cfg.Rules[0]
+	fmt.Println(r.Name, r.Expect.Kind, r.Expect.BusinessID, cfg.Window)
+	// Output: payment_captures payment.capture $.payment_id 24h0m0s
 }

@@ -7,46 +7,64 @@ import (
 )
 
 type metrics struct {
-	value *prometheus.GaugeVec
-	drift *prometheus.GaugeVec
-	runs  prometheus.Counter
+	value, drift, failed *prometheus.GaugeVec
+	runs                 prometheus.Counter
+	lastRun              prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "oncekit", Subsystem: "drift", Name: name, Help: help}, []string{"check"})
+	}
 	m := &metrics{
-		value: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "oncekit", Subsystem: "drift", Name: "value",
-			Help: "Figure measured by each drift check at its last run (count, or seconds for ages).",
-		}, []string{"check"}),
-		drift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "oncekit", Subsystem: "drift", Name: "findings",
-			Help: "1 when the check found drift at its last run, else 0.",
-		}, []string{"check"}),
+		value:  gauge("value", "Figure measured by each drift check at its last run (count, or seconds for ages)."),
+		drift:  gauge("findings", "1 when the check found drift at its last run, else 0."),
+		failed: gauge("check_failed", "1 when the check could not run at its last run (timed out, failed), else 0."),
 		runs: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "oncekit", Subsystem: "drift", Name: "runs_total",
 			Help: "Completed drift runs.",
 		}),
+		lastRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "oncekit", Subsystem: "drift", Name: "last_run_timestamp_seconds",
+			Help: "Unix time of the last completed drift run.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.value, m.drift, m.runs} {
-		if err := reg.Register(c); err != nil {
+	var err error
+	// Checkers sharing a registerer share the series.
+	register := func(c prometheus.Collector) prometheus.Collector {
+		if rerr := reg.Register(c); rerr != nil {
 			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
+			if errors.As(rerr, &are) {
+				return are.ExistingCollector
 			}
-			return nil, err
+			err = errors.Join(err, rerr)
 		}
+		return c
 	}
-	return m, nil
+	m.value = register(m.value).(*prometheus.GaugeVec)
+	m.drift = register(m.drift).(*prometheus.GaugeVec)
+	m.failed = register(m.failed).(*prometheus.GaugeVec)
+	m.runs = register(m.runs).(prometheus.Counter)
+	m.lastRun = register(m.lastRun).(prometheus.Gauge)
+	return m, err
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (m *metrics) observe(r Report) {
 	for _, f := range r.Findings {
-		m.value.WithLabelValues(f.Check).Set(f.Value)
-		d := 0.0
-		if f.Drift {
-			d = 1
+		m.failed.WithLabelValues(f.Check).Set(b2f(f.Failed()))
+		if f.Failed() {
+			continue // the last figure measured stays; check_failed says it is stale
 		}
-		m.drift.WithLabelValues(f.Check).Set(d)
+		m.value.WithLabelValues(f.Check).Set(f.Value)
+		m.drift.WithLabelValues(f.Check).Set(b2f(f.Drift))
 	}
 	m.runs.Inc()
+	m.lastRun.Set(float64(r.At.Unix()))
 }

@@ -1,27 +1,17 @@
 package idempotency
 
 import (
-	"context"
+	"cmp"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
-
-// DB is what the edge needs from PostgreSQL: statements for the separate
-// mode and the cleanup loop, and a dedicated connection for a
-// same-transaction claim (so that the stored response and the commit travel
-// in one round trip). *pgxpool.Pool satisfies it.
-type DB interface {
-	pgsql.Querier
-	Acquire(ctx context.Context) (*pgxpool.Conn, error)
-}
 
 // Sealer encrypts stored response bodies at rest. Seal and Open receive the
 // record's identity (tenant, operation and key, length-prefixed) as
@@ -52,32 +42,39 @@ type Config struct {
 	CleanupBatch int
 }
 
-func (c *Config) withDefaults() (Config, error) {
-	var cfg Config
+// ErrInvalidConfig is wrapped by the error New and Edge.Route return
+// for a bad Config or Route; the error's text names the field.
+var ErrInvalidConfig = errors.New("idempotency: invalid config")
+
+// withDefaults returns a copy of c (the zero Config if nil) with defaults set.
+func (c *Config) withDefaults() Config {
+	var out Config
 	if c != nil {
-		cfg = *c
+		out = *c
 	}
-	schema, err := pgsql.ValidateSchema(cfg.Schema)
-	if err != nil {
-		return cfg, fmt.Errorf("idempotency: Config.Schema: %w", err)
+	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
+	out.Logger = cmp.Or(out.Logger, slog.Default())
+	out.CleanupInterval = cmp.Or(out.CleanupInterval, time.Minute)
+	out.CleanupBatch = cmp.Or(out.CleanupBatch, 1000)
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "idempotency: Config."+field, format, args...)
 	}
-	cfg.Schema = schema
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.CleanupInterval == 0 {
-		cfg.CleanupInterval = time.Minute
-	}
-	if cfg.CleanupBatch == 0 {
-		cfg.CleanupBatch = 1000
+	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
+		return bad("Schema", "%w", err)
 	}
 	switch {
-	case cfg.CleanupInterval < 0:
-		return cfg, errors.New("idempotency: Config.CleanupInterval must be positive")
-	case cfg.CleanupBatch < 0:
-		return cfg, errors.New("idempotency: Config.CleanupBatch must be positive")
+	case c.CleanupInterval < 0:
+		return bad("CleanupInterval", "%v must be positive", c.CleanupInterval)
+	case c.CleanupBatch < 0:
+		return bad("CleanupBatch", "%d must be positive", c.CleanupBatch)
 	}
-	return cfg, nil
+	return nil
 }
 
 // Mode selects how a route's claim relates to the handler's writes.
@@ -170,54 +167,55 @@ func DefaultStore(status int) bool {
 	return true
 }
 
-func (r *Route) withDefaults() (Route, error) {
+// withDefaults returns a copy of r (the zero Route if nil) with defaults set
+// and ReplayHeaders in canonical form.
+func (r *Route) withDefaults() Route {
 	var rc Route
 	if r != nil {
 		rc = *r
 	}
-	if rc.Operation == "" {
-		return rc, errors.New("idempotency: Route.Operation is required")
-	}
-	if rc.Mode != Separate && rc.Mode != SameTx {
-		return rc, fmt.Errorf("idempotency: Route.Mode: unknown mode %d", rc.Mode)
-	}
 	if rc.Tenant == nil {
 		rc.Tenant = func(*http.Request) (string, error) { return "", nil }
 	}
-	if rc.TTL == 0 {
-		rc.TTL = 24 * time.Hour
-	}
-	if rc.MaxBodyBytes == 0 {
-		rc.MaxBodyBytes = 1 << 20
-	}
-	if rc.RetryAfter == 0 {
-		rc.RetryAfter = time.Second
-	}
-	if rc.Lease == 0 {
-		rc.Lease = 30 * time.Second
-	}
+	rc.TTL = cmp.Or(rc.TTL, 24*time.Hour)
+	rc.MaxBodyBytes = cmp.Or(rc.MaxBodyBytes, 1<<20)
+	rc.RetryAfter = cmp.Or(rc.RetryAfter, time.Second)
+	rc.Lease = cmp.Or(rc.Lease, 30*time.Second)
 	if rc.ReplayHeaders == nil {
 		rc.ReplayHeaders = DefaultReplayHeaders
 	}
 	if rc.Store == nil {
 		rc.Store = DefaultStore
 	}
-	switch {
-	case rc.TTL < 0:
-		return rc, errors.New("idempotency: Route.TTL must be positive")
-	case rc.MaxBodyBytes < 0:
-		return rc, errors.New("idempotency: Route.MaxBodyBytes must be positive")
-	case rc.Wait < 0:
-		return rc, errors.New("idempotency: Route.Wait must not be negative")
-	case rc.RetryAfter < 0:
-		return rc, errors.New("idempotency: Route.RetryAfter must be positive")
-	case rc.Lease < 3*time.Millisecond:
-		return rc, errors.New("idempotency: Route.Lease must be at least 3ms")
-	}
 	canon := make([]string, len(rc.ReplayHeaders))
 	for i, h := range rc.ReplayHeaders {
 		canon[i] = http.CanonicalHeaderKey(h)
 	}
 	rc.ReplayHeaders = canon
-	return rc, nil
+	return rc
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (r *Route) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "idempotency: Route."+field, format, args...)
+	}
+	switch {
+	case r.Operation == "":
+		return bad("Operation", "required")
+	case r.Mode != Separate && r.Mode != SameTx:
+		return bad("Mode", "unknown mode %d", r.Mode)
+	case r.TTL < 0:
+		return bad("TTL", "%v must be positive", r.TTL)
+	case r.MaxBodyBytes < 0:
+		return bad("MaxBodyBytes", "%d must be positive", r.MaxBodyBytes)
+	case r.Wait < 0:
+		return bad("Wait", "%v must not be negative", r.Wait)
+	case r.RetryAfter < 0:
+		return bad("RetryAfter", "%v must be positive", r.RetryAfter)
+	case r.Lease < 3*time.Millisecond:
+		return bad("Lease", "%v must be at least 3ms", r.Lease)
+	}
+	return nil
 }

@@ -16,7 +16,7 @@ import (
 // Edge is the HTTP idempotency layer: it builds one middleware per route and
 // runs the cleanup loop. It is safe for concurrent use.
 type Edge struct {
-	db  DB
+	db  oncekit.Pool
 	cfg Config
 	sql statements
 	log *slog.Logger
@@ -24,12 +24,12 @@ type Edge struct {
 }
 
 // New returns an Edge storing records in db (normally a *pgxpool.Pool).
-func New(db DB, cfg *Config) (*Edge, error) {
+func New(db oncekit.Pool, cfg *Config) (*Edge, error) {
 	if db == nil {
 		return nil, errors.New("idempotency: db is nil")
 	}
-	c, err := cfg.withDefaults()
-	if err != nil {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	m, err := newMetrics(c.Registerer)
@@ -54,8 +54,8 @@ type route struct {
 //	mw, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx})
 //	mux.Handle("POST /payments", mw(createPayment))
 func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
-	rc, err := r.withDefaults()
-	if err != nil {
+	rc := r.withDefaults()
+	if err := rc.validate(); err != nil {
 		return nil, err
 	}
 	// In SameTx mode the first request's claim is an uncommitted row: a

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/trace"
 )
 
 // Config configures a Consumer. Only Name is required.
@@ -33,13 +34,36 @@ type Config struct {
 	// the source's AckWait: the consumer keeps the messages it holds in
 	// progress at the broker.
 	BatchSize int
-	// Ordered processes the messages of one key (Oncekit-Key header) in
-	// delivery order, keys hashed onto Concurrency lanes. A failing message is
-	// retried in place and holds its lane. Order holds within one consumer
-	// process; run one process per durable (or set the source's
-	// MaxAckPending to 1) when order must also survive crashes. Defaults to
-	// false.
+	// Ordered applies the messages of one key (Oncekit-Key header) in the
+	// order of the source's log (the JetStream stream sequence), keys in
+	// parallel on Concurrency lanes, across crashes, restarts and any number
+	// of processes of one durable. Before a message runs, the consumer
+	// checks that no earlier message of its key above the durable's ack
+	// floor is still unsettled (not claimed, not dead-lettered), wherever
+	// it was delivered; if one is, the message is held back, kept in
+	// progress, without spending a delivery attempt. A message another
+	// process held when it died thus holds its key (only its key) until the
+	// broker redelivers it, after the source's AckWait. A failing message
+	// is retried in place and holds its lane. A copy of an event already
+	// applied, and a dead-lettered message, do not hold their key. The
+	// source must be an OrderedSource (broker/natsjs.Source is), or
+	// NewConsumer returns ErrOrderUnsupported; so does Run if it cannot
+	// read the log (a work-queue stream). Order holds across a change of
+	// the durable's leader too: the consumer infers nothing from delivery
+	// numbering, and holds while it cannot read the log. One process costs
+	// nothing measurable (a durable filtered to some of a stream's subjects
+	// also reads the headers between its messages); several processes of one durable read the headers of each
+	// other's messages and wait for each other's commits on shared keys
+	// (0.61 of the rate without the check, for two); docs/ordering.md has
+	// the figures. Defaults to false.
 	Ordered bool
+	// DisableOrderGate keeps Ordered's lanes but turns off its check
+	// against the messages other processes (or this one before a restart)
+	// hold: order then holds only within one process and breaks after a
+	// crash. It exists only to measure what the check costs (the ungated
+	// runs of bench's BenchmarkConsumeOrdered); never use it in production.
+	// Defaults to false.
+	DisableOrderGate bool
 	// MaxAttempts is the delivery attempt after whose failure a message is
 	// dead-lettered. Defaults to 25.
 	MaxAttempts int
@@ -57,6 +81,13 @@ type Config struct {
 	// RetentionBatch bounds the rows one retention DELETE removes. Defaults
 	// to 1000.
 	RetentionBatch int
+	// DeadLetterRetention is how long the consumer's dead letters are kept
+	// once replayed (counted from the replay); the retention sweep deletes
+	// older ones, RetentionBatch rows per statement. Dead letters not yet
+	// replayed are never deleted by it: they wait for `oncekit dlq replay`
+	// or `dlq purge`. Negative keeps replayed ones forever. Defaults to 7
+	// days.
+	DeadLetterRetention time.Duration
 	// DisableClaim turns deduplication off: no claim is written or checked
 	// and duplicates run the handler again. It exists only to measure what
 	// the claim costs (the oncekit-noclaim benchmark); never use it in
@@ -68,6 +99,10 @@ type Config struct {
 	// Registerer receives the consumer's metrics (namespace oncekit,
 	// subsystem inbox). Nil registers none.
 	Registerer prometheus.Registerer
+	// Propagator puts each delivery's trace context (its traceparent and
+	// tracestate headers) into the context its handler call gets, in batch
+	// mode too. Defaults to trace.W3C.
+	Propagator trace.Propagator
 }
 
 // ExponentialBackoff returns a Backoff that waits initial after the first
@@ -136,12 +171,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RetentionBatch == 0 {
 		c.RetentionBatch = 1000
 	}
+	if c.DeadLetterRetention == 0 {
+		c.DeadLetterRetention = 7 * 24 * time.Hour
+	}
 	if c.RetentionBatch < 0 {
 		return c, fmt.Errorf("%w: RetentionBatch must be positive", ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Propagator = trace.Or(c.Propagator)
 	return c, nil
 }
 

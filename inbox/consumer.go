@@ -12,24 +12,24 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit"
 )
 
 // Consumer processes the messages of a Source with a Handler, once each.
 type Consumer struct {
-	db    pgsql.DB
+	db    oncekit.DB
 	src   Source
 	h     Handler
 	cfg   Config
 	store *Store
+	gate  *orderGate // ordered mode only
 	m     *metrics
 	log   *slog.Logger
 
-	retried, dead atomic.Int64
-	running       atomic.Bool
-	ackWait       atomic.Int64 // the source's, learnt at start: how often to signal progress
-	inHand        *inHand      // received, not yet settled: kept in progress at the broker
+	retried, dead, heldBack atomic.Int64
+	running                 atomic.Bool
+	ackWait                 atomic.Int64 // the source's, learnt at start: how often to signal progress
+	inHand                  *inHand      // received, not yet settled: kept in progress at the broker
 
 	conflictCooldown atomic.Int64 // > 0: claim with ON CONFLICT (a duplicate was seen lately)
 	failureCooldown  atomic.Int64 // > 0: a savepoint per message from the start (a handler failed lately)
@@ -37,7 +37,7 @@ type Consumer struct {
 
 // NewConsumer returns a Consumer that reads src and runs h for each message
 // in a transaction on db (a *pgxpool.Pool). cfg must set at least Name.
-func NewConsumer(db pgsql.DB, src Source, h Handler, cfg *Config) (*Consumer, error) {
+func NewConsumer(db oncekit.DB, src Source, h Handler, cfg *Config) (*Consumer, error) {
 	if db == nil || src == nil || h == nil {
 		return nil, fmt.Errorf("%w: db, source and handler are required", ErrInvalidConfig)
 	}
@@ -53,12 +53,20 @@ func NewConsumer(db pgsql.DB, src Source, h Handler, cfg *Config) (*Consumer, er
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{
+	cons := &Consumer{
 		db: db, src: src, h: h, cfg: c, store: store,
 		m:      newMetrics(c.Registerer, c.Name),
 		log:    c.Logger.With("consumer", c.Name),
 		inHand: newInHand(),
-	}, nil
+	}
+	if c.Ordered && !c.DisableOrderGate {
+		osrc, ok := src.(OrderedSource)
+		if !ok {
+			return nil, fmt.Errorf("%w: %T", ErrOrderUnsupported, src)
+		}
+		cons.gate = newOrderGate(osrc, db, store, c.Name, cons.log)
+	}
+	return cons, nil
 }
 
 // Stats are a consumer's counts since it was created.
@@ -67,6 +75,7 @@ type Stats struct {
 	Duplicates   int64 // acknowledged as duplicates of an existing claim
 	Retried      int64 // handler failures scheduled for another attempt
 	DeadLettered int64 // written to dead_letters
+	HeldBack     int64 // ordered: times a delivery was held back behind an earlier message of its key
 }
 
 // Stats returns the consumer's counts so far.
@@ -76,6 +85,7 @@ func (c *Consumer) Stats() Stats {
 		Duplicates:   c.m.nDuplicates.Load(),
 		Retried:      c.retried.Load(),
 		DeadLettered: c.dead.Load(),
+		HeldBack:     c.heldBack.Load(),
 	}
 }
 
@@ -116,15 +126,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.CheckRetention(ctx); err != nil {
 		return err
 	}
+	if c.gate != nil {
+		if err := c.gate.start(ctx); err != nil {
+			return err
+		}
+	}
 	var wg sync.WaitGroup
-	if c.cfg.Retention > 0 && !c.cfg.DisableClaim {
+	if (c.cfg.Retention > 0 && !c.cfg.DisableClaim) || c.cfg.DeadLetterRetention > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.retain(ctx) }()
 	}
 	var feeds []feed
 	if c.cfg.Ordered {
 		for range c.cfg.Concurrency {
-			feeds = append(feeds, newLaneFeed())
+			feeds = append(feeds, newOrderedLane())
 		}
 	} else {
 		feeds = []feed{make(chanFeed, c.cfg.BatchSize*(c.cfg.Concurrency+1))}
@@ -187,6 +202,9 @@ func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 			items[i].received = now
 		}
 		c.inHand.add(items)
+		if c.gate != nil {
+			c.gate.observe(items)
+		}
 		for _, it := range items {
 			feeds[laneOf(it, len(feeds))].put(it)
 		}
@@ -200,8 +218,8 @@ func laneOf(it *item, n int) int {
 	}
 	h := fnv.New32a()
 	switch {
-	case it.msg != nil && it.msg.Key != "":
-		h.Write([]byte(it.msg.Key))
+	case it.key != "":
+		h.Write([]byte(it.key))
 	case it.msg != nil:
 		h.Write(it.msg.ID[:])
 	}
@@ -222,6 +240,16 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 			c.handBack(pctx, batch)
 			continue
 		}
+		lane, ordered := f.(*orderedLane)
+		if ordered && c.gate != nil {
+			var held []*item
+			batch, held = c.gate.admit(pctx, batch)
+			c.heldBack.Add(int64(len(held)))
+			lane.hold(held)
+			if len(batch) == 0 {
+				continue
+			}
+		}
 		retry := c.process(pctx, batch)
 		// Ordered mode: retry in place so nothing behind overtakes.
 		for len(retry) > 0 {
@@ -230,6 +258,14 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 				break // stopping: the rest is nakked as it is taken
 			}
 			retry = c.process(pctx, retry)
+		}
+		if ordered {
+			// The messages held behind these need not wait out their time.
+			keys := map[string]bool{}
+			for _, it := range batch {
+				keys[it.key] = true
+			}
+			lane.wake(keys)
 		}
 	}
 }
@@ -271,19 +307,23 @@ type item struct {
 	msg      *Message // nil when the delivery has no valid ID
 	rawID    string
 	reason   string // dead-letter reason decided before the handler
+	key      string // ordering key, even when msg is nil
+	seq      uint64 // position in the source's log; 0 when unknown
+	dseq     uint64 // position among the source's deliveries; 0 when unknown
 	attempt  int
 	failed   bool      // ordered retry: this one failed (vs. waits behind one)
 	received time.Time // when the consumer received it: the in-hand age
+
+	holds     int       // ordered: times held back
+	notBefore time.Time // ordered: held back until then
 }
 
 func (c *Consumer) decode(d Delivery) *item {
-	// The event's own ID first: a copy republished under a fresh
-	// Nats-Msg-Id (past the broker's dedup window) keeps it.
-	raw := d.Header(broker.HeaderEventID)
-	if raw == "" {
-		raw = d.Header(broker.HeaderMsgID)
+	key, raw := identity(d.Header)
+	it := &item{d: d, rawID: raw, key: key, attempt: max(d.Attempt(), 1)}
+	if sd, ok := d.(SequencedDelivery); ok {
+		it.seq, it.dseq = sd.Sequence()
 	}
-	it := &item{d: d, rawID: raw, attempt: max(d.Attempt(), 1)}
 	if raw == "" {
 		it.reason = ReasonNoID
 		return it
@@ -301,7 +341,7 @@ func (c *Consumer) decode(d Delivery) *item {
 		}
 	}
 	it.msg = &Message{
-		ID: id, Subject: d.Subject(), Key: headers[broker.HeaderKey],
+		ID: id, Subject: d.Subject(), Key: key,
 		Payload: d.Data(), Headers: headers, Attempt: it.attempt,
 	}
 	return it

@@ -32,6 +32,37 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(helperEnv) != "consumer" {
 		t.Skip("helper process only")
 	}
+	pool, src := helperSource(t, time.Second)
+	batch, _ := strconv.Atoi(os.Getenv("INBOX_BATCH"))
+	c, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(insertEffect), &inbox.Config{
+		Name: "c", Schema: os.Getenv("INBOX_SCHEMA"), BatchSize: batch, Concurrency: 1, Logger: testLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Run(context.Background()) // until killed
+}
+
+// helperCmd is the command that re-executes the test binary as the helper
+// process test (its helperEnv set to role), on this test's database and
+// stream, with env added.
+func (b *bundle) helperCmd(ctx context.Context, test, role string, env ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(),
+		helperEnv+"="+role,
+		"INBOX_DB_URL="+b.db.URL,
+		"INBOX_SCHEMA="+b.db.Schema,
+		"INBOX_NATS_URL="+b.nats.URL,
+		"INBOX_STREAM="+b.stream,
+	)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// helperSource connects a helper process to the test's database and to its
+// stream's durable "d", as the environment describes them.
+func helperSource(t *testing.T, ackWait time.Duration) (*pgxpool.Pool, *natsjs.Source) {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("INBOX_DB_URL"))
 	if err != nil {
@@ -46,19 +77,12 @@ func TestHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{
-		Stream: os.Getenv("INBOX_STREAM"), Durable: "d", AckWait: time.Second,
+		Stream: os.Getenv("INBOX_STREAM"), Durable: "d", AckWait: ackWait,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, _ := strconv.Atoi(os.Getenv("INBOX_BATCH"))
-	c, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(insertEffect), &inbox.Config{
-		Name: "c", Schema: os.Getenv("INBOX_SCHEMA"), BatchSize: batch, Concurrency: 1, Logger: testLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = c.Run(ctx) // until killed
+	return pool, src
 }
 
 // A consumer process is SIGKILLed around the commit; a restarted consumer
@@ -89,17 +113,8 @@ func TestCrashedConsumerEffectsOnce(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$")
-			cmd.Env = append(os.Environ(),
-				helperEnv+"=consumer",
-				"INBOX_DB_URL="+b.db.URL,
-				"INBOX_SCHEMA="+b.db.Schema,
-				"INBOX_NATS_URL="+b.nats.URL,
-				"INBOX_STREAM="+b.stream,
-				"INBOX_BATCH="+strconv.Itoa(tc.batch),
-				crashpoint.EnvVar+"="+tc.point,
-			)
-			cmd.Stderr = os.Stderr
+			cmd := b.helperCmd(ctx, "TestHelperProcess", "consumer",
+				"INBOX_BATCH="+strconv.Itoa(tc.batch), crashpoint.EnvVar+"="+tc.point)
 			err := cmd.Run()
 			var ee *exec.ExitError
 			require.True(t, errors.As(err, &ee), "the helper must die: %v", err)

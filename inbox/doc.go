@@ -61,18 +61,35 @@
 // transaction is begun again with INSERT ... ON CONFLICT DO NOTHING, and the
 // next 64 transactions claim that way. The outcome is the same either way.
 //
-// Ordered mode (Config.Ordered) keeps the messages of one key (the
-// Oncekit-Key header) in order while different keys run in parallel: keys are
-// hashed onto Concurrency lanes, and a failing message is retried in place
-// (with the same backoff) so that nothing behind it on its lane overtakes it.
-// So is a message whose commit outcome is unknown: its new attempt's claim
-// finds the commit (a duplicate) or processes it, before the key moves on.
+// Ordered mode (Config.Ordered) applies the messages of one key (the
+// Oncekit-Key header) in the order of the source's log (the JetStream stream
+// sequence; the outbox relay publishes a key's events in order), while
+// different keys run in parallel, across crashes, restarts and any number of
+// processes of one durable. Keys are hashed onto Concurrency lanes, each
+// kept in sequence order. Before a message runs, the consumer checks every
+// earlier message of its key above the durable's ack floor: each must have
+// taken effect (this process settled it, or its claim or dead letter is in
+// the database). If one has not (it is in another process's hands, or was
+// held by a process that died and awaits redelivery), the message is held
+// back in its lane, kept in progress, without spending a delivery attempt,
+// and the key's later messages wait behind it; the other keys go on. The
+// consumer learns the log's messages from its own deliveries while they
+// come with consecutive delivery sequences, and reads the headers of the
+// rest from the log (OrderedSource). A copy of an event already applied and
+// a dead-lettered message do not hold their key; a dead letter replayed
+// later is a new message of the log and takes effect where it lands. A
+// failing message is retried in place (with the same backoff) so that
+// nothing behind it on its lane overtakes it. So is a message whose commit
+// outcome is unknown: its new attempt's claim finds the commit (a
+// duplicate) or processes it, before the key moves on. docs/ordering.md has
+// the exact guarantee and its cost.
 //
 // processed_messages is pruned in bounded batches (Config.Retention). At
 // start the Consumer refuses a retention shorter than the source's redelivery
 // horizon (see Horizon), because a claim deleted before the last possible
 // redelivery would let that redelivery run the handler a second time.
 //
-// Subpackage inbox/watermill gives watermill users the same claim in their
-// handler's transaction on any watermill subscriber.
+// Watermill users get the same claim in their router handlers' transaction
+// from package wmpubsub; the consumer reads any watermill subscriber through
+// broker/wmbroker.Source.
 package inbox

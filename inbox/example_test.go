@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -33,6 +34,29 @@ func Example() {
 			return err
 		})
 		c, err := inbox.NewConsumer(pool, src, handle, &inbox.Config{Name: "billing", BatchSize: 200, Concurrency: 4})
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
+	_ = run
+}
+
+// An ordered consumer: the events of one account apply in stream order,
+// whichever of the processes running this code receives them and however
+// often one of them crashes; different accounts run in parallel. The
+// publisher sets the key (broker.Message.Key, the Oncekit-Key header).
+func ExampleConfig_ordered() {
+	run := func(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, h inbox.Handler) error {
+		src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "ACCOUNTS", Durable: "ledger"})
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		c, err := inbox.NewConsumer(pool, src, h, &inbox.Config{Name: "ledger", Ordered: true, BatchSize: 200})
+		if errors.Is(err, inbox.ErrOrderUnsupported) {
+			return fmt.Errorf("this source cannot keep per-key order: %w", err)
+		}
 		if err != nil {
 			return err
 		}

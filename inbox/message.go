@@ -2,12 +2,12 @@ package inbox
 
 import (
 	"context"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
@@ -55,49 +55,20 @@ func Chain(h Handler, mws ...Middleware) Handler {
 	return h
 }
 
-// Delivery is one message as a Source delivers it, with the broker's
-// settlement calls. Implementations must be safe to settle from any goroutine.
-type Delivery interface {
-	// Subject is where the message was published.
-	Subject() string
-	// Data is the payload.
-	Data() []byte
-	// Header returns the first value of a header, or "".
-	Header(name string) string
-	// Headers returns every header.
-	Headers() map[string][]string
-	// Attempt is the delivery count, 1 for the first delivery.
-	Attempt() int
-	// Ack tells the broker the message is done.
-	Ack(ctx context.Context) error
-	// Nak asks the broker to redeliver the message after delay.
-	Nak(ctx context.Context, delay time.Duration) error
-	// InProgress resets the broker's redelivery timer for the message.
-	InProgress(ctx context.Context) error
-}
+// Delivery is broker.Delivery.
+//
+// Deprecated: use broker.Delivery; the alias keeps existing sources compiling.
+type Delivery = broker.Delivery
 
-// Source delivers messages at least once, typically a durable consumer of a
-// broker (broker/natsjs.Source). A message that is neither acked nor nakked
-// is redelivered after the source's ack timeout.
-type Source interface {
-	// Receive blocks until at least one message is available or ctx ends,
-	// then returns up to max messages without waiting for more.
-	Receive(ctx context.Context, max int) ([]Delivery, error)
-	// Limits reports the redelivery settings the Consumer checks its
-	// retention against.
-	Limits(ctx context.Context) (SourceLimits, error)
-}
+// Source is broker.Source.
+//
+// Deprecated: use broker.Source; the alias keeps existing sources compiling.
+type Source = broker.Source
 
-// SourceLimits are a source's redelivery settings.
-type SourceLimits struct {
-	// AckWait is how long the broker waits for an ack before redelivering.
-	AckWait time.Duration
-	// MaxDeliver bounds deliveries per message; 0 or less is unlimited.
-	MaxDeliver int
-	// Duplicates is the broker's publish dedup window (0 if none): a copy
-	// published within it is dropped by the broker itself.
-	Duplicates time.Duration
-}
+// SourceLimits is broker.SourceLimits.
+//
+// Deprecated: use broker.SourceLimits.
+type SourceLimits = broker.SourceLimits
 
 // RegisterUUID makes m encode a uuid.UUID (Message.ID) bound to a uuid
 // parameter directly, instead of through its driver.Valuer's text form and

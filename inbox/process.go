@@ -14,7 +14,8 @@ import (
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
-// Crash points (internal/crashpoint) on the processing path, for crash tests.
+// Crash points on the processing path, for crash tests that kill the process
+// there (ONCEKIT_CRASHPOINT names one of them).
 const (
 	CrashBeforeCommit = "inbox.before-commit"
 	CrashAfterCommit  = "inbox.after-commit"
@@ -39,8 +40,10 @@ type outcome struct {
 	err    error  // outRetry
 }
 
-// call runs the handler with tx, turning a panic into an error.
+// call runs the handler with tx and the message's trace context, turning a
+// panic into an error.
 func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error) {
+	ctx = c.cfg.Propagator.Extract(ctx, msg.Headers)
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // ErrNoReplayID is returned when replaying a dead letter whose message had
@@ -33,7 +32,10 @@ type ReplayOptions struct {
 	AssignID bool
 }
 
-// Replay republishes dead letter id through pub with its original message ID
+// Replay republishes dead letter id through pub, the publisher of the broker
+// the consumer reads (a natsjs.Publisher for JetStream, a wmbroker.Publisher
+// for RabbitMQ, Redis Streams or any other watermill Pub/Sub), to the
+// subject it was delivered on, with its original message ID
 // (so consumers that did process it absorb it as a duplicate, and the one
 // that dead-lettered it processes it once), then marks it replayed. The row
 // stays locked while publishing: if the publish fails nothing changes, and a
@@ -43,7 +45,7 @@ type ReplayOptions struct {
 // A broker that dedups on the ID (JetStream within its stream's Duplicates
 // window) drops a replay of a message it stored recently: Replay then fails
 // with ErrReplayDeduped and changes nothing.
-func (s *Store) Replay(ctx context.Context, db pgsql.Beginner, pub broker.Publisher, id int64, opts ReplayOptions) (DeadLetter, error) {
+func (s *Store) Replay(ctx context.Context, db oncekit.Beginner, pub broker.Publisher, id int64, opts ReplayOptions) (DeadLetter, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("inbox: replay dead letter %d: begin: %w", id, err)

@@ -84,11 +84,7 @@ func TestPruneDeletesOldClaimsInBatches(t *testing.T) {
 	n, err := c.Prune(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
-	var deleted []int64
-	for _, st := range log.Matching("DELETE FROM") {
-		deleted = append(deleted, st.Tag.RowsAffected())
-	}
-	require.Equal(t, []int64{10, 10, 5}, deleted, "one bounded DELETE per RetentionBatch rows")
+	require.Equal(t, []int64{10, 10, 5}, deletedRows(log), "one bounded DELETE per RetentionBatch rows")
 	require.Equal(t, 3, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'c'`))
 	require.Equal(t, 4, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'other'`), "another consumer's claims are its own business")
 }
@@ -112,4 +108,71 @@ func TestConfigValidation(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
 		require.Contains(t, err.Error(), tc.field)
 	}
+}
+
+func TestPruneDeadLettersDeletesOnlyOldReplayedOnesInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `
+		INSERT INTO dead_letters (consumer, message_id, subject, payload, reason, attempts, created_at, replayed_at)
+		SELECT 'c', 'old-' || g, 's', '', 'poison', 1, now() - interval '3 hours', now() - interval '2 hours' FROM generate_series(1, 25) g;
+		INSERT INTO dead_letters (consumer, message_id, subject, payload, reason, attempts, created_at, replayed_at) VALUES
+			('c', 'recent', 's', '', 'poison', 1, now() - interval '3 hours', now() - interval '10 minutes'),
+			('c', 'pending', 's', '', 'poison', 1, now() - interval '30 days', NULL),
+			('other', 'old', 's', '', 'poison', 1, now() - interval '3 hours', now() - interval '2 hours')`)
+	require.NoError(t, err)
+	log := &testenv.StatementLog{}
+	pool := b.db.TracedPool(t, log)
+	cfg := b.config("c")
+	cfg.DeadLetterRetention = time.Hour
+	cfg.RetentionBatch = 10
+	c, err := inbox.NewConsumer(pool, b.source("d", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+	require.NoError(t, err)
+	n, err := c.PruneDeadLetters(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, n)
+	require.Equal(t, []int64{10, 10, 5}, deletedRows(log), "one bounded DELETE per RetentionBatch rows")
+	require.Equal(t, 2, b.count(`SELECT count(*) FROM dead_letters WHERE consumer = 'c'`), "recent replays and pending dead letters stay")
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM dead_letters WHERE consumer = 'c' AND message_id = 'pending'`))
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM dead_letters WHERE consumer = 'other'`))
+
+	cfg.DeadLetterRetention = -1
+	c, err = inbox.NewConsumer(b.db.Pool, b.source("d2", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+	require.NoError(t, err)
+	n, err = c.PruneDeadLetters(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func TestRunPrunesReplayedDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.db.Pool.Exec(context.Background(), `INSERT INTO dead_letters
+		(consumer, message_id, subject, payload, reason, attempts, created_at, replayed_at)
+		VALUES ('c', 'old', 's', '', 'poison', 1, now() - interval '3 hours', now() - interval '2 hours')`)
+	require.NoError(t, err)
+	cfg := b.config("c")
+	cfg.Retention = -1 // claims kept forever: the sweep still runs for dead letters
+	cfg.DeadLetterRetention = time.Hour
+	cfg.RetentionInterval = 50 * time.Millisecond
+	c, err := inbox.NewConsumer(b.db.Pool, b.source("d", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		return b.count(`SELECT count(*) FROM dead_letters`) == 0
+	}, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// deletedRows lists the rows each DELETE in log removed.
+func deletedRows(log *testenv.StatementLog) []int64 {
+	var deleted []int64
+	for _, st := range log.Matching("DELETE FROM") {
+		deleted = append(deleted, st.Tag.RowsAffected())
+	}
+	return deleted
 }

@@ -7,7 +7,13 @@ import (
 
 // settle acks, naks or returns each message according to its outcome.
 func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*item {
-	c.inHand.release(settled(items, out, c.cfg.Ordered))
+	done := settled(items, out, c.cfg.Ordered)
+	c.inHand.release(done)
+	if c.gate != nil {
+		for _, it := range done {
+			c.gate.settled(it)
+		}
+	}
 	var processed, dups int
 	var retry []*item
 	for i, it := range items {

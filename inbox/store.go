@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
@@ -20,6 +21,7 @@ import (
 // the Consumer, the watermill middleware and `oncekit dlq` share.
 type Store struct {
 	claim, claimBatch, claimNew, claimNewAll, unclaim, insertDead, listDead, getDead, markReplayed, purge, prune string
+	pruneDead, settled                                                                                           string
 }
 
 // NewStore renders the inbox's SQL for schema ("" means "oncekit").
@@ -49,8 +51,18 @@ func NewStore(schema string) (*Store, error) {
 			FROM {schema}.dead_letters WHERE id = $1`),
 		markReplayed: r(`UPDATE {schema}.dead_letters SET replayed_at = now() WHERE id = $1 AND replayed_at IS NULL
 			RETURNING id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at`),
-		purge: r(`DELETE FROM {schema}.dead_letters
-			WHERE ($1 = '' OR consumer = $1) AND ($2::bigint = 0 OR id = $2) AND created_at < $3 AND (NOT $4 OR replayed_at IS NOT NULL)`),
+		purge: r(`DELETE FROM {schema}.dead_letters WHERE id = ANY(ARRAY(
+			SELECT id FROM {schema}.dead_letters
+			WHERE ($1 = '' OR consumer = $1) AND ($2::bigint = 0 OR id = $2) AND created_at < $3 AND (NOT $4 OR replayed_at IS NOT NULL)
+			LIMIT $5))`),
+		// A dead letter is replayed after it was created: the created_at
+		// index narrows the rows looked at.
+		pruneDead: r(`DELETE FROM {schema}.dead_letters WHERE id = ANY(ARRAY(
+			SELECT id FROM {schema}.dead_letters
+			WHERE created_at < $2 AND replayed_at < $2 AND consumer = $1 LIMIT $3))`),
+		settled: r(`SELECT message_id::text FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])
+			UNION ALL
+			SELECT message_id FROM {schema}.dead_letters WHERE consumer = $1 AND message_id = ANY($3::text[]) AND replayed_at IS NULL`),
 		prune: r(`DELETE FROM {schema}.processed_messages WHERE ctid = ANY(ARRAY(
 			SELECT ctid FROM {schema}.processed_messages WHERE consumer = $1 AND processed_at < $2 LIMIT $3))`),
 	}, nil
@@ -60,7 +72,7 @@ func NewStore(schema string) (*Store, error) {
 // when the claim already existed (committed by an earlier delivery): the
 // message is a duplicate. A concurrent uncommitted claim of the same message
 // makes Claim wait for that transaction's outcome.
-func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id uuid.UUID) (bool, error) {
+func (s *Store) Claim(ctx context.Context, tx oncekit.Querier, consumer string, id uuid.UUID) (bool, error) {
 	tag, err := tx.Exec(ctx, s.claim, consumer, [16]byte(id)) // [16]byte: pgx's direct uuid encoding
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim: %w", err)
@@ -71,7 +83,7 @@ func (s *Store) Claim(ctx context.Context, tx pgsql.Querier, consumer string, id
 // claimAll claims ids in one statement and returns those it claimed. The IDs
 // are sorted (unnest keeps array order), so two batches sharing messages lock
 // them in the same order and cannot deadlock on each other's claims.
-func (s *Store) claimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+func (s *Store) claimAll(ctx context.Context, tx oncekit.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
 	rows, err := tx.Query(ctx, s.claimBatch, consumer, sortedArgs(ids))
 	return scanClaims(rows, err, len(ids))
 }
@@ -142,11 +154,28 @@ func scanClaims(rows pgx.Rows, err error, n int) (map[uuid.UUID]bool, error) {
 	return claimed, nil
 }
 
-func (s *Store) unclaimAll(ctx context.Context, tx pgsql.Querier, consumer string, ids []uuid.UUID) error {
+func (s *Store) unclaimAll(ctx context.Context, tx oncekit.Querier, consumer string, ids []uuid.UUID) error {
 	if _, err := tx.Exec(ctx, s.unclaim, consumer, uuidArgs(ids)); err != nil {
 		return fmt.Errorf("inbox: release claim: %w", err)
 	}
 	return nil
+}
+
+// settledOf returns which of the messages took effect for consumer: the
+// ids claimed (in their text form) and the raws dead-lettered and not
+// replayed since.
+func (s *Store) settledOf(ctx context.Context, q oncekit.Querier, consumer string, ids []uuid.UUID, raws []string) (map[string]bool, error) {
+	rows, err := q.Query(ctx, s.settled, consumer, uuidArgs(ids), raws)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: read claims: %w", err)
+	}
+	done := map[string]bool{}
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { done[id] = true; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("inbox: read claims: %w", err)
+	}
+	return done, nil
 }
 
 // DeadLetter is a row of dead_letters: a message a consumer gave up on.
@@ -167,7 +196,7 @@ type DeadLetter struct {
 // reports false when a dead letter for the same consumer and message is
 // already pending replay (a poison message redelivered because its ack was
 // lost), so a message is never dead-lettered twice.
-func (s *Store) InsertDeadLetter(ctx context.Context, q pgsql.Querier, dl DeadLetter) (bool, error) {
+func (s *Store) InsertDeadLetter(ctx context.Context, q oncekit.Querier, dl DeadLetter) (bool, error) {
 	headers, err := json.Marshal(dl.Headers)
 	if err != nil {
 		return false, fmt.Errorf("inbox: dead letter headers: %w", err)
@@ -214,7 +243,7 @@ func scanDead(row pgx.Row) (DeadLetter, error) {
 }
 
 // ListDeadLetters returns the dead letters f selects, oldest first.
-func (s *Store) ListDeadLetters(ctx context.Context, q pgsql.Querier, f DeadLetterFilter) ([]DeadLetter, error) {
+func (s *Store) ListDeadLetters(ctx context.Context, q oncekit.Querier, f DeadLetterFilter) ([]DeadLetter, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -238,7 +267,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, q pgsql.Querier, f DeadLett
 }
 
 // GetDeadLetter returns one dead letter, or ErrDeadLetterNotFound.
-func (s *Store) GetDeadLetter(ctx context.Context, q pgsql.Querier, id int64) (DeadLetter, error) {
+func (s *Store) GetDeadLetter(ctx context.Context, q oncekit.Querier, id int64) (DeadLetter, error) {
 	return scanDead(q.QueryRow(ctx, s.getDead, id))
 }
 
@@ -254,21 +283,41 @@ type PurgeFilter struct {
 	ReplayedOnly bool
 }
 
-// PurgeDeadLetters deletes the dead letters f selects and returns how many.
-func (s *Store) PurgeDeadLetters(ctx context.Context, q pgsql.Querier, f PurgeFilter) (int64, error) {
+// purgeBatch bounds the rows one DELETE of PurgeDeadLetters removes.
+const purgeBatch = 1000
+
+// PurgeDeadLetters deletes the dead letters f selects, purgeBatch rows per
+// statement, and returns how many.
+func (s *Store) PurgeDeadLetters(ctx context.Context, q oncekit.Querier, f PurgeFilter) (int64, error) {
 	if f.Before.IsZero() {
 		f.Before = time.Now().Add(time.Second)
 	}
-	tag, err := q.Exec(ctx, s.purge, f.Consumer, f.ID, f.Before, f.ReplayedOnly)
+	var total int64
+	for {
+		tag, err := q.Exec(ctx, s.purge, f.Consumer, f.ID, f.Before, f.ReplayedOnly, purgeBatch)
+		if err != nil {
+			return total, fmt.Errorf("inbox: purge dead letters: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// PruneDeadLetters deletes up to limit of consumer's dead letters replayed
+// before before and returns how many it deleted.
+func (s *Store) PruneDeadLetters(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, limit int) (int64, error) {
+	tag, err := q.Exec(ctx, s.pruneDead, consumer, before, limit)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: purge dead letters: %w", err)
+		return 0, fmt.Errorf("inbox: prune dead letters: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
 
 // PruneClaims deletes up to limit of consumer's claims older than before and
 // returns how many it deleted.
-func (s *Store) PruneClaims(ctx context.Context, q pgsql.Querier, consumer string, before time.Time, limit int) (int64, error) {
+func (s *Store) PruneClaims(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, limit int) (int64, error) {
 	tag, err := q.Exec(ctx, s.prune, consumer, before, limit)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: prune claims: %w", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
@@ -122,7 +123,7 @@ func lockKey(schema string) int64 {
 // applied (none on a second run). It runs in one transaction under an
 // advisory lock, so concurrent callers wait and then find nothing to do, and a
 // failure leaves the schema as it was.
-func Up(ctx context.Context, db pgsql.Beginner, opts ...Option) ([]Migration, error) {
+func Up(ctx context.Context, db oncekit.Beginner, opts ...Option) ([]Migration, error) {
 	schema, o, err := resolveAll(opts)
 	if err != nil {
 		return nil, err
@@ -178,7 +179,7 @@ func apply(ctx context.Context, tx pgx.Tx, schema string, target int) ([]Migrati
 }
 
 // Status lists every known migration with the time it was applied, if it was.
-func Status(ctx context.Context, db pgsql.Querier, opts ...Option) ([]State, error) {
+func Status(ctx context.Context, db oncekit.Querier, opts ...Option) ([]State, error) {
 	schema, err := resolve(opts)
 	if err != nil {
 		return nil, err
@@ -199,7 +200,7 @@ func Status(ctx context.Context, db pgsql.Querier, opts ...Option) ([]State, err
 	return out, nil
 }
 
-func appliedVersions(ctx context.Context, db pgsql.Querier, schema string) (map[int]time.Time, error) {
+func appliedVersions(ctx context.Context, db oncekit.Querier, schema string) (map[int]time.Time, error) {
 	var exists bool
 	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", `"`+schema+`".schema_migrations`).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("migrations: status: %w", err)

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit"
 )
 
 // State selects rows for List.
@@ -106,7 +106,7 @@ var listSQL = `WITH c AS (` + cursors + `),
 
 // List returns outbox messages: pending and parked ones in publishing order
 // (oldest first), then published ones (newest first), at most Limit of each.
-func (o *Outbox) List(ctx context.Context, q pgsql.Querier, opts ListOptions) ([]Entry, error) {
+func (o *Outbox) List(ctx context.Context, q oncekit.Querier, opts ListOptions) ([]Entry, error) {
 	switch opts.State {
 	case "", StatePending, StateParked, StatePublished:
 	default:
@@ -139,7 +139,7 @@ const unparkSQL = `UPDATE {schema}.outbox SET parked_at = NULL, next_attempt_at 
 // Unpark releases the parked messages ids so that the relay tries them again
 // with a fresh attempt count, and wakes listening relays. It returns how many
 // rows were unparked; ids that are not parked are ignored.
-func (o *Outbox) Unpark(ctx context.Context, q pgsql.Querier, ids ...uuid.UUID) (int64, error) {
+func (o *Outbox) Unpark(ctx context.Context, q oncekit.Querier, ids ...uuid.UUID) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -147,11 +147,11 @@ func (o *Outbox) Unpark(ctx context.Context, q pgsql.Querier, ids ...uuid.UUID) 
 }
 
 // UnparkAll releases every parked message; see Unpark.
-func (o *Outbox) UnparkAll(ctx context.Context, q pgsql.Querier) (int64, error) {
+func (o *Outbox) UnparkAll(ctx context.Context, q oncekit.Querier) (int64, error) {
 	return o.unpark(ctx, q, true, nil)
 }
 
-func (o *Outbox) unpark(ctx context.Context, q pgsql.Querier, all bool, ids []uuid.UUID) (int64, error) {
+func (o *Outbox) unpark(ctx context.Context, q oncekit.Querier, all bool, ids []uuid.UUID) (int64, error) {
 	tag, err := q.Exec(ctx, o.unparkSQL, all, ids)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: unpark: %w", err)

@@ -67,3 +67,28 @@ func TestBacklogIsNotJITCompiled(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('jit')`).Scan(&jit))
 	require.Equal(t, "on", jit)
 }
+
+func TestBacklogByPartition(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ob := newOutbox(t, db, outbox.Config{})
+	ctx := context.Background()
+	for _, p := range []int{0, 0, 3} {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, partition, subject, payload, created_at)
+			VALUES (gen_random_uuid(), $1, 'a.b', '', now() - make_interval(mins => $1 + 1))`, p)
+		require.NoError(t, err)
+	}
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, partition, subject, payload, parked_at) VALUES (gen_random_uuid(), 2, 'a.b', '', now())`)
+	require.NoError(t, err)
+	parts, err := ob.BacklogByPartition(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Len(t, parts, 2, "the parked row of partition 2 is not backlog")
+	require.Equal(t, 0, parts[0].Partition)
+	require.Equal(t, int64(2), parts[0].Pending)
+	require.InDelta(t, 60, parts[0].OldestAge.Seconds(), 5)
+	require.Equal(t, 3, parts[1].Partition)
+	require.InDelta(t, 240, parts[1].OldestAge.Seconds(), 5)
+	total, err := ob.Backlog(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), total.Pending)
+}

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/trace"
 )
 
 // Defaults of Config.
@@ -43,6 +47,10 @@ type Config struct {
 	// cluster. The relay's adaptive polling keeps latency low without it (see
 	// the README for measurements). Defaults to false.
 	Notify bool
+	// Propagator copies the trace context of Enqueue's ctx into each
+	// message's headers (a header the message sets itself is kept).
+	// Defaults to trace.W3C.
+	Propagator trace.Propagator
 }
 
 // Outbox writes messages into the outbox table inside the caller's
@@ -51,11 +59,14 @@ type Outbox struct {
 	partitions int
 	maxPayload int
 	notify     bool
+	prop       trace.Propagator
 	channel    string
 	insertSQL  string
 	listSQL    string
 	unparkSQL  string
 	backlogSQL string
+	// backlogByPartitionSQL serves BacklogByPartition.
+	backlogByPartitionSQL string
 }
 
 // EnqueueResult says what Enqueue did.
@@ -68,38 +79,59 @@ type EnqueueResult struct {
 	Duplicates []uuid.UUID
 }
 
+// ErrInvalidConfig is wrapped by the error New and NewRelay return for a bad
+// Config or RelayConfig; the error's text names the field.
+var ErrInvalidConfig = errors.New("outbox: invalid config")
+
 // New returns an Outbox for cfg (nil means the zero Config).
 func New(cfg *Config) (*Outbox, error) {
-	c := Config{}
-	if cfg != nil {
-		c = *cfg
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	schema, err := pgsql.ValidateSchema(c.Schema)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: Config.Schema: %w", err)
+	schema := c.Schema
+	return &Outbox{
+		partitions:            c.Partitions,
+		maxPayload:            c.MaxPayload,
+		notify:                c.Notify,
+		prop:                  trace.Or(c.Propagator),
+		channel:               NotifyChannel(schema),
+		insertSQL:             pgsql.Render(insertSQL, schema),
+		listSQL:               pgsql.Render(listSQL, schema),
+		unparkSQL:             pgsql.Render(unparkSQL, schema),
+		backlogSQL:            pgsql.Render(backlogSQL, schema),
+		backlogByPartitionSQL: pgsql.Render(backlogByPartitionSQL, schema),
+	}, nil
+}
+
+// withDefaults returns a copy of c (the zero Config if nil) with defaults set.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
 	}
-	if c.MaxPayload == 0 {
-		c.MaxPayload = DefaultMaxPayload
+	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
+	out.MaxPayload = cmp.Or(out.MaxPayload, DefaultMaxPayload)
+	out.Partitions = cmp.Or(out.Partitions, DefaultPartitions)
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "outbox: Config."+field, format, args...)
 	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
+	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
+		return bad("Schema", "%w", err)
 	}
 	if c.MaxPayload < 0 {
-		return nil, fmt.Errorf("outbox: Config.MaxPayload: %d is negative", c.MaxPayload)
+		return bad("MaxPayload", "%d is negative", c.MaxPayload)
 	}
 	if c.Partitions < 0 || c.Partitions > maxPartitions {
-		return nil, fmt.Errorf("outbox: Config.Partitions: %d not in 1..%d", c.Partitions, maxPartitions)
+		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)
 	}
-	return &Outbox{
-		partitions: c.Partitions,
-		maxPayload: c.MaxPayload,
-		notify:     c.Notify,
-		channel:    NotifyChannel(schema),
-		insertSQL:  pgsql.Render(insertSQL, schema),
-		listSQL:    pgsql.Render(listSQL, schema),
-		unparkSQL:  pgsql.Render(unparkSQL, schema),
-		backlogSQL: pgsql.Render(backlogSQL, schema),
-	}, nil
+	return nil
 }
 
 const maxPartitions = 4096
@@ -118,6 +150,9 @@ RETURNING id`
 // within one transaction, in the order given. A message whose ID is already
 // in the outbox is a no-op reported in EnqueueResult.Duplicates.
 //
+// The trace context of ctx (Config.Propagator) is added to each message's
+// headers, except headers the message sets itself.
+//
 // Every message is validated before anything is written; the first invalid
 // one is reported as an *InvalidMessageError wrapping ErrNilID,
 // ErrInvalidSubject, ErrPayloadTooLarge, ErrInvalidHeader or ErrInvalidKey.
@@ -135,9 +170,13 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 	subjects := make([]string, len(msgs))
 	payloads := make([][]byte, len(msgs))
 	headers := make([]*string, len(msgs))
+	tc := o.prop.Inject(ctx)
 	for i, m := range msgs {
 		if err := validate(i, m, o.maxPayload); err != nil {
 			return EnqueueResult{}, err
+		}
+		if len(tc) > 0 {
+			m.Headers = withTrace(m.Headers, tc)
 		}
 		ids[i], rawIDs[i], keys[i], subjects[i] = m.ID, m.ID, m.Key, m.Subject
 		parts[i] = int32(o.Partition(m))
@@ -183,6 +222,31 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 		}
 	}
 	return res, nil
+}
+
+// withTrace returns h plus the headers of tc that h does not set (in any
+// letter case) and that are valid message headers; h is not modified.
+func withTrace(h map[string]string, tc trace.Carrier) map[string]string {
+	out := make(map[string]string, len(h)+len(tc))
+	for k, v := range h {
+		out[k] = v
+	}
+	for k, v := range tc {
+		if !isToken(k) || reserved[strings.ToLower(k)] || strings.ContainsAny(v, "\r\n\x00") {
+			continue // a propagator's header that cannot travel is dropped
+		}
+		set := false
+		for hk := range h {
+			if strings.EqualFold(hk, k) {
+				set = true
+				break
+			}
+		}
+		if !set {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Partition returns the partition m is stored in: a stable hash (FNV-1a) of

@@ -1,20 +1,21 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
+	"github.com/oncekit/oncekit/internal/nodeid"
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
@@ -86,7 +87,7 @@ type RelayConfig struct {
 
 // Relay publishes committed outbox rows to a broker. See the package doc.
 type Relay struct {
-	pool *pgxpool.Pool
+	pool oncekit.Pool
 	pub  broker.Publisher
 	cfg  RelayConfig
 	sql  relaySQL
@@ -101,28 +102,28 @@ type Relay struct {
 	mu      sync.Mutex
 	workers map[int]*worker
 	bg      sync.WaitGroup // partition releases in progress
+
+	// drained wakes the stats loop when a partition drained while
+	// backlogShown (the gauges showed a backlog at their last refresh).
+	drained      chan struct{}
+	backlogShown atomic.Bool
 }
 
 // NewRelay returns a relay reading pool's outbox and publishing with pub.
-func NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay, error) {
+// pool is normally a *pgxpool.Pool allowing about Partitions + 4
+// connections.
+func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("outbox: NewRelay: nil pool")
 	}
 	if pub == nil {
 		return nil, errors.New("outbox: NewRelay: nil publisher")
 	}
-	c := RelayConfig{}
-	if cfg != nil {
-		c = *cfg
-	}
-	schema, err := pgsql.ValidateSchema(c.Schema)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: RelayConfig.Schema: %w", err)
-	}
-	c.Schema = schema
-	if err := c.fill(); err != nil {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	schema := c.Schema
 	m, err := newMetrics(c.Registerer)
 	if err != nil {
 		return nil, err
@@ -136,70 +137,77 @@ func NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg *RelayConfig) (*Rela
 		m:       m,
 		ch:      NotifyChannel(schema),
 		epoch:   time.Now(),
+		drained: make(chan struct{}, 1),
 		probeCh: make(chan struct{}, 1),
 		workers: map[int]*worker{},
 	}, nil
 }
 
-// fill sets defaults and validates, naming the faulty field.
-func (c *RelayConfig) fill() error {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
+// withDefaults returns a copy of c (the zero RelayConfig if nil) with
+// defaults set.
+func (c *RelayConfig) withDefaults() RelayConfig {
+	var out RelayConfig
+	if c != nil {
+		out = *c
 	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
+	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
+	out.Partitions = cmp.Or(out.Partitions, DefaultPartitions)
+	if out.NodeID == "" {
+		out.NodeID = nodeid.New()
 	}
-	if c.NodeID == "" {
-		host, _ := os.Hostname()
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		c.NodeID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	out.BatchSize = cmp.Or(out.BatchSize, 1000)
+	out.LeaseTTL = cmp.Or(out.LeaseTTL, 10*time.Second)
+	out.PollInterval = cmp.Or(out.PollInterval, 500*time.Millisecond)
+	out.BusyPollInterval = cmp.Or(out.BusyPollInterval, time.Millisecond)
+	out.PublishTimeout = cmp.Or(out.PublishTimeout, 30*time.Second)
+	out.MaxAttempts = cmp.Or(out.MaxAttempts, 10)
+	out.RetryInitial = cmp.Or(out.RetryInitial, time.Second)
+	out.RetryMax = cmp.Or(out.RetryMax, 5*time.Minute)
+	out.BrokerBackoffMax = cmp.Or(out.BrokerBackoffMax, 10*time.Second)
+	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
+	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
+	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
+	out.StatsInterval = cmp.Or(out.StatsInterval, 5*time.Second)
+	out.Logger = cmp.Or(out.Logger, slog.Default())
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *RelayConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "outbox: RelayConfig."+field, format, args...)
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 1000
-	}
-	def(&c.LeaseTTL, 10*time.Second)
-	def(&c.PollInterval, 500*time.Millisecond)
-	def(&c.BusyPollInterval, time.Millisecond)
-	def(&c.PublishTimeout, 30*time.Second)
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
-	}
-	def(&c.RetryInitial, time.Second)
-	def(&c.RetryMax, 5*time.Minute)
-	def(&c.BrokerBackoffMax, 10*time.Second)
-	def(&c.Retention, 24*time.Hour)
-	def(&c.RetentionInterval, time.Minute)
-	if c.RetentionBatch == 0 {
-		c.RetentionBatch = 1000
-	}
-	def(&c.StatsInterval, 5*time.Second)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
+		return bad("Schema", "%w", err)
 	}
 	switch {
 	case c.Partitions < 1 || c.Partitions > maxPartitions:
-		return fmt.Errorf("outbox: RelayConfig.Partitions: %d not in 1..%d", c.Partitions, maxPartitions)
+		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)
 	case c.BatchSize < 1:
-		return fmt.Errorf("outbox: RelayConfig.BatchSize: %d must be positive", c.BatchSize)
+		return bad("BatchSize", "%d must be positive", c.BatchSize)
 	case c.LeaseTTL < 300*time.Millisecond:
-		return fmt.Errorf("outbox: RelayConfig.LeaseTTL: %v is below 300ms", c.LeaseTTL)
-	case c.PollInterval < 0 || c.BusyPollInterval < 0 || c.BusyPollInterval > c.PollInterval:
-		return fmt.Errorf("outbox: RelayConfig.BusyPollInterval: %v must be within 0..PollInterval (%v)", c.BusyPollInterval, c.PollInterval)
+		return bad("LeaseTTL", "%v is below 300ms", c.LeaseTTL)
+	case c.PollInterval < 0:
+		return bad("PollInterval", "%v is negative", c.PollInterval)
+	case c.BusyPollInterval < 0 || c.BusyPollInterval > c.PollInterval:
+		return bad("BusyPollInterval", "%v must be within 0..PollInterval (%v)", c.BusyPollInterval, c.PollInterval)
 	case c.PublishTimeout < 0:
-		return fmt.Errorf("outbox: RelayConfig.PublishTimeout: %v is negative", c.PublishTimeout)
+		return bad("PublishTimeout", "%v is negative", c.PublishTimeout)
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("outbox: RelayConfig.MaxAttempts: %d must be positive", c.MaxAttempts)
-	case c.RetryInitial < 0 || c.RetryMax < c.RetryInitial:
-		return fmt.Errorf("outbox: RelayConfig.RetryMax: %v is below RetryInitial %v", c.RetryMax, c.RetryInitial)
+		return bad("MaxAttempts", "%d must be positive", c.MaxAttempts)
+	case c.RetryInitial < 0:
+		return bad("RetryInitial", "%v is negative", c.RetryInitial)
+	case c.RetryMax < c.RetryInitial:
+		return bad("RetryMax", "%v is below RetryInitial %v", c.RetryMax, c.RetryInitial)
 	case c.BrokerBackoffMax < 0:
-		return fmt.Errorf("outbox: RelayConfig.BrokerBackoffMax: %v is negative", c.BrokerBackoffMax)
+		return bad("BrokerBackoffMax", "%v is negative", c.BrokerBackoffMax)
 	case c.RetentionBatch < 1:
-		return fmt.Errorf("outbox: RelayConfig.RetentionBatch: %d must be positive", c.RetentionBatch)
-	case c.RetentionInterval < 0 || c.StatsInterval < 0:
-		return errors.New("outbox: RelayConfig.RetentionInterval and StatsInterval must not be negative")
+		return bad("RetentionBatch", "%d must be positive", c.RetentionBatch)
+	case c.RetentionInterval < 0:
+		return bad("RetentionInterval", "%v is negative", c.RetentionInterval)
+	case c.StatsInterval < 0:
+		return bad("StatsInterval", "%v is negative", c.StatsInterval)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit"
 )
 
 // ErrNotFound is returned when no effect has the given ID.
@@ -32,7 +32,7 @@ type Filter struct {
 }
 
 // List returns effects matching f in ID order.
-func (l *Ledger) List(ctx context.Context, q pgsql.Querier, f Filter) ([]Row, error) {
+func (l *Ledger) List(ctx context.Context, q oncekit.Querier, f Filter) ([]Row, error) {
 	if f.State != "" && !f.State.Valid() {
 		return nil, fmt.Errorf("sideeffect: list: unknown state %q", f.State)
 	}
@@ -51,7 +51,7 @@ func (l *Ledger) List(ctx context.Context, q pgsql.Querier, f Filter) ([]Row, er
 }
 
 // Get returns the effect with the given ID, or ErrNotFound.
-func (l *Ledger) Get(ctx context.Context, q pgsql.Querier, id int64) (Row, error) {
+func (l *Ledger) Get(ctx context.Context, q oncekit.Querier, id int64) (Row, error) {
 	rows, err := q.Query(ctx, l.sql.get, id)
 	if err != nil {
 		return Row{}, fmt.Errorf("sideeffect: get %d: %w", id, err)
@@ -101,7 +101,7 @@ func (d Decision) validate() error {
 // Retry moves a failed or unknown effect back to pending, due now, with the
 // SAME idempotency key, and records who decided and why. Use it when the
 // operator knows the provider did not act (or honours the key).
-func (l *Ledger) Retry(ctx context.Context, q pgsql.Querier, id int64, d Decision) error {
+func (l *Ledger) Retry(ctx context.Context, q oncekit.Querier, id int64, d Decision) error {
 	if err := d.validate(); err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (l *Ledger) Retry(ctx context.Context, q pgsql.Querier, id int64, d Decisio
 // Resolve records the operator's decision on an unknown effect: to is
 // StateConfirmed (the provider did act) or StateFailed (it did not, and the
 // effect is abandoned). Nothing is fired.
-func (l *Ledger) Resolve(ctx context.Context, q pgsql.Querier, id int64, to State, d Decision) error {
+func (l *Ledger) Resolve(ctx context.Context, q oncekit.Querier, id int64, to State, d Decision) error {
 	if to != StateConfirmed && to != StateFailed {
 		return fmt.Errorf("sideeffect: resolve: to must be confirmed or failed, not %q", to)
 	}
@@ -126,7 +126,7 @@ func (l *Ledger) Resolve(ctx context.Context, q pgsql.Querier, id int64, to Stat
 }
 
 // actionErr turns "no row updated" into ErrNotFound or ErrWrongState.
-func (l *Ledger) actionErr(ctx context.Context, q pgsql.Querier, op string, id int64, err error) error {
+func (l *Ledger) actionErr(ctx context.Context, q oncekit.Querier, op string, id int64, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -144,7 +144,7 @@ func (l *Ledger) actionErr(ctx context.Context, q pgsql.Querier, op string, id i
 // before, and returns how many it deleted. Call it in a loop until it
 // returns fewer than limit. A purged effect can be recorded (and fired)
 // again: keep rows longer than any redelivery or retry of their source.
-func (l *Ledger) Purge(ctx context.Context, q pgsql.Querier, before time.Time, limit int) (int64, error) {
+func (l *Ledger) Purge(ctx context.Context, q oncekit.Querier, before time.Time, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = 1000
 	}

@@ -3,7 +3,6 @@ package sideeffect_test
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,14 +28,7 @@ type daemon struct {
 	done   chan error
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
+func freeAddr(t testing.TB) string { return testenv.FreeAddr(t) }
 
 // startDaemon runs `oncekit dispatch` with fast test timings plus args.
 func startDaemon(t testing.TB, b *bundle, env []string, args ...string) *daemon {

@@ -1,13 +1,11 @@
 package sideeffect
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,8 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/nodeid"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/trace"
 )
 
 // ErrAlreadyRunning is returned by Run when the Dispatcher is already running.
@@ -76,82 +78,80 @@ type DispatcherConfig struct {
 	PurgeBatch int
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Propagator puts each effect's stored trace context (Call.Trace) into
+	// the context of its provider call. Defaults to trace.W3C.
+	Propagator trace.Propagator
 	// Registerer receives the dispatcher's metrics (namespace oncekit,
 	// subsystem sideeffect). Nil means no metrics. Several dispatchers may
 	// share one registerer.
 	Registerer prometheus.Registerer
 }
 
-func (c *DispatcherConfig) withDefaults() (DispatcherConfig, error) {
+// withDefaults returns a copy of c (the zero DispatcherConfig if nil) with
+// defaults set.
+func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	var out DispatcherConfig
 	if c != nil {
 		out = *c
 	}
-	schema, err := pgsql.ValidateSchema(out.Schema)
-	if err != nil {
-		return out, fmt.Errorf("sideeffect: DispatcherConfig.Schema: %w", err)
-	}
-	out.Schema = schema
+	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	if out.ID == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		out.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		out.ID = nodeid.New()
 	}
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
+	out.Concurrency = cmp.Or(out.Concurrency, 32)
+	out.BatchSize = cmp.Or(out.BatchSize, 200)
+	out.FlushSize = cmp.Or(out.FlushSize, 500)
+	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
+	out.PurgeBatch = cmp.Or(out.PurgeBatch, 1000)
+	out.PollInterval = cmp.Or(out.PollInterval, 200*time.Millisecond)
+	out.CallTimeout = cmp.Or(out.CallTimeout, 30*time.Second)
+	out.Lease = cmp.Or(out.Lease, 2*out.CallTimeout+10*time.Second)
+	out.RecoverInterval = cmp.Or(out.RecoverInterval, 5*time.Second)
+	out.MinBackoff = cmp.Or(out.MinBackoff, time.Second)
+	out.MaxBackoff = cmp.Or(out.MaxBackoff, 10*time.Minute)
+	out.MaxRetryAfter = cmp.Or(out.MaxRetryAfter, time.Hour)
+	out.Retention = cmp.Or(out.Retention, 30*24*time.Hour)
+	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
+	out.Logger = cmp.Or(out.Logger, slog.Default())
+	out.Propagator = trace.Or(out.Propagator)
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *DispatcherConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "sideeffect: DispatcherConfig."+field, format, args...)
 	}
-	defD := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&out.Concurrency, 32)
-	def(&out.BatchSize, 200)
-	def(&out.FlushSize, 500)
-	def(&out.MaxAttempts, 25)
-	def(&out.PurgeBatch, 1000)
-	defD(&out.PollInterval, 200*time.Millisecond)
-	defD(&out.CallTimeout, 30*time.Second)
-	defD(&out.Lease, 2*out.CallTimeout+10*time.Second)
-	defD(&out.RecoverInterval, 5*time.Second)
-	defD(&out.MinBackoff, time.Second)
-	defD(&out.MaxBackoff, 10*time.Minute)
-	defD(&out.MaxRetryAfter, time.Hour)
-	defD(&out.Retention, 30*24*time.Hour)
-	defD(&out.RetentionInterval, time.Minute)
-	if out.Logger == nil {
-		out.Logger = slog.Default()
+	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
+		return bad("Schema", "%w", err)
 	}
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"Concurrency", out.Concurrency}, {"BatchSize", out.BatchSize}, {"FlushSize", out.FlushSize},
-		{"MaxAttempts", out.MaxAttempts}, {"PurgeBatch", out.PurgeBatch}} {
+	}{{"Concurrency", c.Concurrency}, {"BatchSize", c.BatchSize}, {"FlushSize", c.FlushSize},
+		{"MaxAttempts", c.MaxAttempts}, {"PurgeBatch", c.PurgeBatch}} {
 		if f.v < 0 {
-			return out, fmt.Errorf("sideeffect: DispatcherConfig.%s must be positive, got %d", f.name, f.v)
+			return bad(f.name, "%d must be positive", f.v)
 		}
 	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"PollInterval", out.PollInterval}, {"CallTimeout", out.CallTimeout}, {"Lease", out.Lease},
-		{"RecoverInterval", out.RecoverInterval}, {"MinBackoff", out.MinBackoff}, {"MaxBackoff", out.MaxBackoff},
-		{"MaxRetryAfter", out.MaxRetryAfter}, {"RetentionInterval", out.RetentionInterval}} {
+	}{{"PollInterval", c.PollInterval}, {"CallTimeout", c.CallTimeout}, {"Lease", c.Lease},
+		{"RecoverInterval", c.RecoverInterval}, {"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff},
+		{"MaxRetryAfter", c.MaxRetryAfter}, {"RetentionInterval", c.RetentionInterval}} {
 		if f.v < 0 {
-			return out, fmt.Errorf("sideeffect: DispatcherConfig.%s must be positive, got %s", f.name, f.v)
+			return bad(f.name, "%s must be positive", f.v)
 		}
 	}
-	if out.Lease <= out.CallTimeout {
-		return out, fmt.Errorf("sideeffect: DispatcherConfig.Lease (%s) must exceed CallTimeout (%s), or a slow call could be fired twice at once",
-			out.Lease, out.CallTimeout)
+	if c.Lease <= c.CallTimeout {
+		return bad("Lease", "%s must exceed CallTimeout (%s), or a slow call could be fired twice at once", c.Lease, c.CallTimeout)
 	}
-	if out.MaxBackoff < out.MinBackoff {
-		return out, fmt.Errorf("sideeffect: DispatcherConfig.MaxBackoff (%s) is below MinBackoff (%s)", out.MaxBackoff, out.MinBackoff)
+	if c.MaxBackoff < c.MinBackoff {
+		return bad("MaxBackoff", "%s is below MinBackoff (%s)", c.MaxBackoff, c.MinBackoff)
 	}
-	return out, nil
+	return nil
 }
 
 // Dispatcher fires recorded effects through their kinds' providers. Several
@@ -159,7 +159,7 @@ func (c *DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 // claimed with SKIP LOCKED and fenced by lease owner and attempt, so no row is
 // fired by two dispatchers at once while leases are honoured.
 type Dispatcher struct {
-	db      pgsql.DB
+	db      oncekit.DB
 	cfg     DispatcherConfig
 	log     *slog.Logger
 	sql     statements
@@ -184,9 +184,9 @@ type Dispatcher struct {
 // NewDispatcher returns a Dispatcher for the given providers, keyed by
 // effect kind. Effects of other kinds are left alone (another process may
 // dispatch them). db is typically a *pgxpool.Pool.
-func NewDispatcher(db pgsql.DB, providers map[string]Provider, cfg *DispatcherConfig) (*Dispatcher, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
+func NewDispatcher(db oncekit.DB, providers map[string]Provider, cfg *DispatcherConfig) (*Dispatcher, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	if db == nil {
@@ -384,7 +384,7 @@ func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n 
 		for rows.Next() {
 			var j job
 			c := &j.call
-			if err := rows.Scan(&c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt); err != nil {
+			if err := rows.Scan(&c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt, &c.Trace); err != nil {
 				return err
 			}
 			j.caps, j.lookup, j.startBy = d.caps[c.Kind], lookup, startBy

@@ -9,16 +9,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
 // plainDB hides the pool's SendBatch: the dispatcher then runs each of its
 // statements as a plain query.
-type plainDB struct{ pgsql.DB }
+type plainDB struct{ oncekit.DB }
 
 // runOn runs a dispatcher on db until the returned stop is called.
-func runOn(t *testing.T, db pgsql.DB, providers map[string]sideeffect.Provider, cfg *sideeffect.DispatcherConfig) (stop func()) {
+func runOn(t *testing.T, db oncekit.DB, providers map[string]sideeffect.Provider, cfg *sideeffect.DispatcherConfig) (stop func()) {
 	t.Helper()
 	d, err := sideeffect.NewDispatcher(db, providers, cfg)
 	require.NoError(t, err)

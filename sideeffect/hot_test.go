@@ -2,6 +2,7 @@ package sideeffect_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -64,7 +65,16 @@ func TestLedgerRowsSurviveTheHOTClaimMigration(t *testing.T) {
 	require.NoError(t, err)
 	b := &bundle{db: db, ledger: l}
 	rc := newReceiver(t)
-	keys := b.record(t, "order.paid", 5)
+	// Recorded as a ledger of that release did: the current one also writes
+	// the trace column of a later migration.
+	keys := make([]string, 5)
+	for i := range keys {
+		src := fmt.Sprintf("src-hot-%d", i)
+		keys[i] = sideeffect.Key(src, "order.paid")
+		_, err := db.Pool.Exec(ctx, `INSERT INTO side_effects (source_id, kind, payload, idempotency_key) VALUES ($1, 'order.paid', $2, $3)`,
+			src, []byte(fmt.Sprintf(`{"n":%d}`, i)), keys[i])
+		require.NoError(t, err)
+	}
 	set := func(key, sql string) {
 		_, err := db.Pool.Exec(ctx, `UPDATE side_effects SET `+sql+` WHERE idempotency_key = $1`, key)
 		require.NoError(t, err)

@@ -1,7 +1,9 @@
 package sideeffect
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -9,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/trace"
 )
 
 // State is the state of a recorded effect.
@@ -78,6 +82,9 @@ func Key(sourceID, kind string) string { return oncekit.DeriveKey(sourceID, kind
 type Config struct {
 	// Schema is the schema oncekit's tables live in. Defaults to "oncekit".
 	Schema string
+	// Propagator reads the trace context of Record's ctx, stored with the
+	// effect and handed to its provider call. Defaults to trace.W3C.
+	Propagator trace.Propagator
 }
 
 // Ledger records effects and holds the operator's actions on them. It is safe
@@ -85,19 +92,40 @@ type Config struct {
 type Ledger struct {
 	schema string
 	sql    statements
+	prop   trace.Propagator
 }
+
+// ErrInvalidConfig is wrapped by the error New and NewDispatcher return for a
+// bad Config or DispatcherConfig; the error's text names the field.
+var ErrInvalidConfig = errors.New("sideeffect: invalid config")
 
 // New returns a Ledger for the configured schema. A nil config is the zero
 // Config.
 func New(cfg *Config) (*Ledger, error) {
-	if cfg == nil {
-		cfg = &Config{}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	schema, err := pgsql.ValidateSchema(cfg.Schema)
-	if err != nil {
-		return nil, fmt.Errorf("sideeffect: Config.Schema: %w", err)
+	return &Ledger{schema: c.Schema, sql: render(c.Schema), prop: trace.Or(c.Propagator)}, nil
+}
+
+// withDefaults returns a copy of c (the zero Config if nil) with defaults set.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
 	}
-	return &Ledger{schema: schema, sql: render(schema)}, nil
+	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *Config) validate() error {
+	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
+		return cfgerr.New(ErrInvalidConfig, "sideeffect: Config.Schema", "%w", err)
+	}
+	return nil
 }
 
 func (e Effect) validate() error {
@@ -119,6 +147,9 @@ func (e Effect) validate() error {
 // (Record then waits for that transaction; if it rolls back, this one
 // inserts). Under REPEATABLE READ or SERIALIZABLE a concurrent first record
 // makes PostgreSQL report a serialization failure: retry the transaction.
+//
+// The trace context of ctx (Config.Propagator) is stored with the effect
+// and given to its provider call (Call.Trace).
 func (l *Ledger) Record(ctx context.Context, tx pgx.Tx, eff Effect) (Recorded, error) {
 	if err := eff.validate(); err != nil {
 		return Recorded{}, err
@@ -128,8 +159,16 @@ func (l *Ledger) Record(ctx context.Context, tx pgx.Tx, eff Effect) (Recorded, e
 		payload = []byte{}
 	}
 	key := Key(eff.SourceID, eff.Kind)
+	var tc any // NULL without a trace context
+	if c := l.prop.Inject(ctx); len(c) > 0 {
+		b, err := json.Marshal(c)
+		if err != nil {
+			return Recorded{}, fmt.Errorf("sideeffect: record %s: encode trace: %w", eff.Kind, err)
+		}
+		tc = string(b)
+	}
 	var r Recorded
-	err := tx.QueryRow(ctx, l.sql.insert, eff.SourceID, eff.Kind, payload, key).Scan(&r.ID, &r.IdempotencyKey)
+	err := tx.QueryRow(ctx, l.sql.insert, eff.SourceID, eff.Kind, payload, key, tc).Scan(&r.ID, &r.IdempotencyKey)
 	if err == nil {
 		return r, nil
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/oncekit/oncekit/trace"
 )
 
 // Call is one attempt to cause an effect.
@@ -25,6 +27,11 @@ type Call struct {
 	Attempt int
 	// RecordedAt is when the effect was recorded.
 	RecordedAt time.Time
+	// Trace is the trace context Record found in its ctx (traceparent and
+	// tracestate with the default propagator), or nil. The dispatcher also
+	// puts it into the ctx of Call through DispatcherConfig.Propagator; a
+	// provider that makes an HTTP request sends these headers with it.
+	Trace trace.Carrier
 }
 
 // Provider causes effects of one kind.

@@ -16,6 +16,17 @@ const rowColumns = `id, source_id, kind, payload, idempotency_key, state, attemp
 	coalesce(resolved_by, ''), coalesce(resolution_note, ''), resolved_at,
 	created_at, fired_at, confirmed_at, updated_at`
 
+// takeExpiredFired ends refire and reconcile: it takes up to $4 fired rows
+// of kinds $3 whose lease expired, oldest due first, and returns what a call
+// needs. Their SET clauses say what taking over means.
+const takeExpiredFired = `WHERE s.ctid = ANY(ARRAY(
+	SELECT ctid FROM {schema}.side_effects
+	WHERE state = 'fired' AND next_attempt_at <= now() AND lease_expires_at < now() AND kind = ANY($3)
+	ORDER BY next_attempt_at
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED))
+RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at, s.trace`
+
 // claimDue moves due pending rows to fired ($1 lease owner, $2 lease, $3
 // kinds, $4 limit): its commit is the "fired" commit that precedes the
 // calls. It changes no indexed column (next_attempt_at keeps the due time;
@@ -35,7 +46,7 @@ WHERE s.ctid = ANY(ARRAY(
 	ORDER BY next_attempt_at
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED))
-RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`
+RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at, s.trace`
 
 // completeOutcomes applies a batch of outcomes ($5..$10), fenced by the
 // lease owner ($1) and the attempt that was fired, so a late result of a
@@ -61,8 +72,8 @@ RETURNING s.kind, s.state, s.attempts, extract(epoch FROM now() - s.fired_at)::f
 func render(schema string) statements {
 	r := func(s string) string { return pgsql.Render(s, schema) }
 	return statements{
-		insert: r(`INSERT INTO {schema}.side_effects (source_id, kind, payload, idempotency_key)
-VALUES ($1, $2, $3, $4)
+		insert: r(`INSERT INTO {schema}.side_effects (source_id, kind, payload, idempotency_key, trace)
+VALUES ($1, $2, $3, $4, $5::jsonb)
 ON CONFLICT (source_id, kind) DO NOTHING
 RETURNING id, idempotency_key`),
 		selectBySource: r(`SELECT id, idempotency_key FROM {schema}.side_effects WHERE source_id = $1 AND kind = $2`),
@@ -74,34 +85,22 @@ RETURNING id, idempotency_key`),
 		// statement's snapshot (a row an outcome puts back to pending is
 		// claimed in a later round). Claimed rows come first, flagged true.
 		sync: r(`WITH outcomes AS (` + completeOutcomes + `), claimed AS (` + claimDue + `)
-SELECT true, id, source_id, kind, payload, idempotency_key, attempts, created_at, 'fired', 0::float8 FROM claimed
+SELECT true, id, source_id, kind, payload, idempotency_key, attempts, created_at, trace, 'fired', 0::float8 FROM claimed
 UNION ALL
-SELECT false, 0, '', kind, '\x'::bytea, '', attempts, now(), state, fired_for FROM outcomes`),
+SELECT false, 0, '', kind, '\x'::bytea, '', attempts, now(), NULL::jsonb, state, fired_for FROM outcomes`),
 
 		// refire takes over fired rows whose lease expired, for providers
 		// that honour keys: fired again, same key, attempts+1.
 		refire: r(`UPDATE {schema}.side_effects s
 SET attempts = s.attempts + 1, lease_owner = $1,
 	lease_expires_at = now() + $2::interval, fired_at = now(), updated_at = now()
-WHERE s.ctid = ANY(ARRAY(
-	SELECT ctid FROM {schema}.side_effects
-	WHERE state = 'fired' AND next_attempt_at <= now() AND lease_expires_at < now() AND kind = ANY($3)
-	ORDER BY next_attempt_at
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED))
-RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
+` + takeExpiredFired),
 
 		// reconcile takes a lease on expired fired rows of providers that
 		// offer a lookup; attempts is unchanged (nothing is fired).
 		reconcile: r(`UPDATE {schema}.side_effects s
 SET lease_owner = $1, lease_expires_at = now() + $2::interval, updated_at = now()
-WHERE s.ctid = ANY(ARRAY(
-	SELECT ctid FROM {schema}.side_effects
-	WHERE state = 'fired' AND next_attempt_at <= now() AND lease_expires_at < now() AND kind = ANY($3)
-	ORDER BY next_attempt_at
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED))
-RETURNING s.id, s.source_id, s.kind, s.payload, s.idempotency_key, s.attempts, s.created_at`),
+` + takeExpiredFired),
 
 		// markUnknown gives up on expired fired rows of providers that
 		// neither honour keys nor offer a lookup.

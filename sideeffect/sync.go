@@ -163,9 +163,9 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 			var j job
 			var a applied
 			c := &j.call
-			dest := []any{&isClaim, &c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt, &a.state, &a.firedFor}
+			dest := []any{&isClaim, &c.ID, &c.SourceID, &c.Kind, &c.Payload, &c.Key, &c.Attempt, &c.RecordedAt, &c.Trace, &a.state, &a.firedFor}
 			for rows.Next() {
-				c.Payload = nil // scanned into a new slice, not over the last row's
+				c.Payload, c.Trace = nil, nil // scanned into new ones, not over the last row's
 				if err := rows.Scan(dest...); err != nil {
 					return err
 				}

@@ -1,5 +1,5 @@
 // Package natsjs adapts NATS JetStream (the nats.go jetstream package) to
-// oncekit's broker interfaces.
+// oncekit's broker interfaces (package broker), both directions.
 //
 // The Publisher publishes a batch asynchronously with Nats-Msg-Id set to each
 // message's ID and reports each acknowledgement. JetStream drops a message
@@ -7,4 +7,9 @@
 // window, so a relay that re-publishes after a crash does not create a second
 // copy as long as it re-publishes within that window. EnsureStream creates or
 // updates a stream with an explicit window.
+//
+// The Source is an broker.OrderedSource: for ordered consumers it reports the
+// durable's ack floor and reads the stream's headers (an ordered consumer of
+// its own, headers only, no acks) to show the messages other processes of
+// the durable hold.
 package natsjs

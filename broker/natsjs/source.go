@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/broker"
 )
 
 // SourceConfig configures a Source: the durable pull consumer it creates (or
@@ -54,7 +54,7 @@ type SourceConfig struct {
 // does not exist.
 var ErrDurableNotFound = errors.New("natsjs: durable consumer not found")
 
-// Source is an inbox.Source over a JetStream durable pull consumer with
+// Source is an broker.Source over a JetStream durable pull consumer with
 // explicit acks. It is safe for concurrent use; Close stops it.
 type Source struct {
 	js   jetstream.JetStream
@@ -73,16 +73,18 @@ type Source struct {
 	ended  chan struct{}
 	endErr error
 	end    sync.Once
+
+	scan scanner // ordered mode's reader of the stream (Scan)
 }
 
-var _ inbox.Source = (*Source)(nil)
+var _ broker.Source = (*Source)(nil)
 
 // ErrInvalidSource is returned for a SourceConfig missing a required field.
 var ErrInvalidSource = errors.New("natsjs: invalid source config")
 
 // ErrSourceClosed is returned by Receive after Close; it is
-// inbox.ErrSourceClosed, so the consumer's Run stops with it.
-var ErrSourceClosed = inbox.ErrSourceClosed
+// broker.ErrSourceClosed, so the consumer's Run stops with it.
+var ErrSourceClosed = broker.ErrSourceClosed
 
 // NewSource creates or updates the durable consumer and returns a Source
 // reading it. Messages are fetched from the first Receive on.
@@ -170,11 +172,11 @@ func (s *Source) consume() error {
 	return s.startErr
 }
 
-// Receive implements inbox.Source. Once JetStream has ended the
+// Receive implements broker.Source. Once JetStream has ended the
 // subscription for good (the durable consumer was deleted), Receive returns
 // that error (jetstream.ErrConsumerDeleted) after the messages already
 // buffered; a new Source recreates the consumer.
-func (s *Source) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+func (s *Source) Receive(ctx context.Context, max int) ([]broker.Delivery, error) {
 	if err := s.consume(); err != nil {
 		return nil, fmt.Errorf("natsjs: consume %s: %w", s.cfg.Durable, err)
 	}
@@ -192,7 +194,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]inbox.Delivery, error)
 			return nil, fmt.Errorf("natsjs: consume %s: %w", s.cfg.Durable, s.endErr)
 		}
 	}
-	out := make([]inbox.Delivery, 0, max)
+	out := make([]broker.Delivery, 0, max)
 	out = append(out, delivery{first})
 	for len(out) < max {
 		select {
@@ -205,22 +207,22 @@ func (s *Source) Receive(ctx context.Context, max int) ([]inbox.Delivery, error)
 	return out, nil
 }
 
-// Limits implements inbox.Source from the consumer's and the stream's
+// Limits implements broker.Source from the consumer's and the stream's
 // current configuration.
-func (s *Source) Limits(ctx context.Context) (inbox.SourceLimits, error) {
+func (s *Source) Limits(ctx context.Context) (broker.SourceLimits, error) {
 	ci, err := s.cons.Info(ctx)
 	if err != nil {
-		return inbox.SourceLimits{}, fmt.Errorf("natsjs: consumer info: %w", err)
+		return broker.SourceLimits{}, fmt.Errorf("natsjs: consumer info: %w", err)
 	}
 	st, err := s.js.Stream(ctx, s.cfg.Stream)
 	if err != nil {
-		return inbox.SourceLimits{}, fmt.Errorf("natsjs: stream %s: %w", s.cfg.Stream, err)
+		return broker.SourceLimits{}, fmt.Errorf("natsjs: stream %s: %w", s.cfg.Stream, err)
 	}
 	si, err := st.Info(ctx)
 	if err != nil {
-		return inbox.SourceLimits{}, fmt.Errorf("natsjs: stream info: %w", err)
+		return broker.SourceLimits{}, fmt.Errorf("natsjs: stream info: %w", err)
 	}
-	return inbox.SourceLimits{AckWait: ci.Config.AckWait, MaxDeliver: ci.Config.MaxDeliver, Duplicates: si.Config.Duplicates}, nil
+	return broker.SourceLimits{AckWait: ci.Config.AckWait, MaxDeliver: ci.Config.MaxDeliver, Duplicates: si.Config.Duplicates}, nil
 }
 
 // Close stops fetching. Messages buffered and not yet received are
@@ -232,10 +234,13 @@ func (s *Source) Close() {
 		if s.cc != nil {
 			s.cc.Stop()
 		}
+		s.scan.mu.Lock()
+		s.scan.stopLocked()
+		s.scan.mu.Unlock()
 	})
 }
 
-// delivery adapts a jetstream.Msg to inbox.Delivery.
+// delivery adapts a jetstream.Msg to broker.Delivery.
 type delivery struct{ m jetstream.Msg }
 
 func (d delivery) Subject() string              { return d.m.Subject() }

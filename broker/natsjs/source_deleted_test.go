@@ -11,7 +11,6 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/internal/testenv"
 )
 
 // When the durable consumer is deleted under a Source, JetStream ends the
@@ -19,16 +18,9 @@ import (
 func TestSourceReportsDeletedConsumer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	n := testenv.NewNATS(t)
-	name := testenv.Name(t)
-	_, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
-	require.NoError(t, err)
-	src, err := natsjs.NewSource(ctx, n.JS, &natsjs.SourceConfig{Stream: name, Durable: "d"})
-	require.NoError(t, err)
-	defer src.Close()
-	pub, err := natsjs.NewPublisher(n.Conn, nil)
-	require.NoError(t, err)
-	res := pub.Publish(ctx, []broker.Message{{ID: uuid.New(), Subject: name + ".a", Payload: []byte("x")}})
+	s := newStreamSource(t, natsjs.SourceConfig{})
+	n, name, src := s.nats, s.name, s.src
+	res := s.pub.Publish(ctx, []broker.Message{{ID: uuid.New(), Subject: name + ".a", Payload: []byte("x")}})
 	require.NoError(t, res[0].Err)
 
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

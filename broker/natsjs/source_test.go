@@ -11,7 +11,6 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -28,7 +27,7 @@ func TestSourceDeliversWithMetadataAndLimits(t *testing.T) {
 
 	l, err := src.Limits(ctx)
 	require.NoError(t, err)
-	require.Equal(t, inbox.SourceLimits{AckWait: 2 * time.Second, MaxDeliver: 50, Duplicates: time.Minute}, l)
+	require.Equal(t, broker.SourceLimits{AckWait: 2 * time.Second, MaxDeliver: 50, Duplicates: time.Minute}, l)
 
 	pub, err := natsjs.NewPublisher(n.Conn, nil)
 	require.NoError(t, err)

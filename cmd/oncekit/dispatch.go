@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"sort"
@@ -78,6 +77,11 @@ func (e endpointFlags) Set(v string) error {
 	return nil
 }
 
+// dispatcherFlags names the flags of the DispatcherConfig fields.
+var dispatcherFlags = configFlags{"Concurrency": "--concurrency", "BatchSize": "--batch", "MaxAttempts": "--max-attempts",
+	"PollInterval": "--poll", "Lease": "--lease", "RecoverInterval": "--recover-interval", "MinBackoff": "--min-backoff",
+	"MaxBackoff": "--max-backoff", "CallTimeout": "call_timeout", "Retention": "--retention", "ID": "--id", "Schema": "--schema"}
+
 func runDispatch(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "dispatch", "dispatch [--config file.json] [--endpoint kind=URL ...] [flags]")
 	var db dbFlags
@@ -85,7 +89,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	endpoints := endpointFlags{}
 	fs.Var(endpoints, "endpoint", "`kind=URL`: POST effects of kind to URL (repeatable)")
 	configPath := fs.String("config", "", "JSON file mapping kinds to endpoints (see README)")
-	secret := fs.String("secret", e.getenv("ONCEKIT_WEBHOOK_SECRET"), "whsec_<base64> signing secret for --endpoint kinds (env ONCEKIT_WEBHOOK_SECRET)")
+	var secretFlag envString
+	fs.Var(&secretFlag, "secret", "whsec_<base64> signing `SECRET` for --endpoint kinds (default: env ONCEKIT_WEBHOOK_SECRET)")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout for --endpoint kinds")
 	keysIgnored := fs.Bool("keys-ignored", false, "the --endpoint receivers do not dedup on the key: never repeat a call of unknown outcome")
 	concurrency := fs.Int("concurrency", 32, "provider calls at once")
@@ -97,7 +102,9 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	maxBackoff := fs.Duration("max-backoff", 10*time.Minute, "longest retry delay")
 	maxAttempts := fs.Int("max-attempts", 25, "attempts before an indefinite error leaves the effect unknown")
 	retention := fs.Duration("retention", 30*24*time.Hour, "keep confirmed/failed effects this long (negative: forever)")
-	listen := fs.String("listen", ":9465", "address of /healthz and /metrics (empty: off)")
+	listen := fs.String("listen", "127.0.0.1:9465", "address of /healthz and /metrics (empty: off)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	id := fs.String("id", "", "dispatcher ID, unique among running dispatchers (default host-pid-random)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -105,6 +112,10 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	if err := nonNegative(fs, "timeout", "poll", "lease", "recover-interval", "min-backoff", "max-backoff"); err != nil {
+		return err
+	}
+	secret := secretFlag.resolve(e, "ONCEKIT_WEBHOOK_SECRET", "")
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
@@ -133,14 +144,14 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		if _, dup := cfgs[kind]; dup {
 			return usagef("--endpoint %s: kind also configured in --config", kind)
 		}
-		cfgs[kind] = &webhook.Config{URL: u, Secret: *secret, Timeout: *timeout, KeysIgnored: *keysIgnored}
+		cfgs[kind] = &webhook.Config{URL: u, Secret: secret, Timeout: *timeout, KeysIgnored: *keysIgnored}
 	}
 	if len(cfgs) == 0 {
 		return usagef("no endpoints: give --endpoint kind=URL or --config")
 	}
 
 	dc := &sideeffect.DispatcherConfig{
-		Schema: db.schema, ID: *id,
+		Schema: db.schema(), ID: *id,
 		Concurrency:  pick(set["concurrency"], *concurrency, file.Concurrency),
 		BatchSize:    pick(set["batch"], *batch, file.BatchSize),
 		MaxAttempts:  pick(set["max-attempts"], *maxAttempts, file.MaxAttempts),
@@ -170,7 +181,11 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		dc.CallTimeout = longest + time.Second // the request timeout fires first
 	}
 
-	log := slog.New(slog.NewTextHandler(e.stderr, nil)).With("cmd", "dispatch")
+	log, err := newLogger(e, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	log = log.With("cmd", "dispatch")
 	reg := newRegistry()
 	dc.Logger, dc.Registerer = log, reg
 
@@ -181,7 +196,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	defer pool.Close()
 	d, err := sideeffect.NewDispatcher(pool, providers, dc)
 	if err != nil {
-		return usagef("%v", err)
+		return dispatcherFlags.usage(err)
 	}
 	if err := serveOps(ctx, log, *listen, reg, d.Healthy); err != nil {
 		return err

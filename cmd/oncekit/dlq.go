@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -42,23 +41,22 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	id := fs.Int64("id", 0, "purge: only this dead letter")
 	olderThan := fs.Duration("older-than", 0, "purge: only rows older than this")
 	replayed := fs.Bool("replayed", false, "purge: only rows already replayed")
-	if len(args) == 0 {
-		fs.Usage()
-		return usagef("missing subcommand: list, show, replay or purge")
-	}
-	sub := args[0]
-	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
-		fs.Usage()
-		return &exitError{code: 0}
-	}
-	if err := parse(fs, args[1:]); err != nil {
+	asJSON := fs.Bool("json", false, "list, show: JSON (list: an array)")
+	sub, err := parseSubcommand(fs, args, "list, show, replay or purge")
+	if err != nil {
 		return err
 	}
 	ids, err := parseIDs(fs.Args())
 	if err != nil {
 		return err
 	}
-	store, err := inbox.NewStore(db.schema)
+	if err := nonNegative(fs, "older-than"); err != nil {
+		return err
+	}
+	if *limit <= 0 {
+		return usagef("--limit: %d must be positive", *limit)
+	}
+	store, err := inbox.NewStore(db.schema())
 	if err != nil {
 		return usagef("--schema: %v", err)
 	}
@@ -85,23 +83,32 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCONSUMER\tMESSAGE ID\tSUBJECT\tATTEMPTS\tCREATED\tREPLAYED\tREASON")
+		if *asJSON {
+			return writeJSON(e.stdout, deadLettersJSON(dls))
+		}
+		lines := make([]string, 0, len(dls))
 		for _, dl := range dls {
 			rep := "-"
 			if dl.ReplayedAt != nil {
-				rep = dl.ReplayedAt.UTC().Format(time.RFC3339)
+				rep = timestamp(*dl.ReplayedAt)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
-				dl.Attempts, dl.CreatedAt.UTC().Format(time.RFC3339), rep, oneLine(dl.Reason, 80))
+			lines = append(lines, fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
+				dl.Attempts, timestamp(dl.CreatedAt), rep, oneLine(dl.Reason, 80)))
 		}
-		return tw.Flush()
+		return writeTable(e.stdout, "ID\tCONSUMER\tMESSAGE ID\tSUBJECT\tATTEMPTS\tCREATED\tREPLAYED\tREASON", lines)
 	case "show":
+		var shown []inbox.DeadLetter
 		for _, n := range ids {
 			dl, err := store.GetDeadLetter(ctx, pool, n)
 			if err != nil {
 				return fmt.Errorf("dead letter %d: %w", n, err)
 			}
+			shown = append(shown, dl)
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, deadLettersJSON(shown))
+		}
+		for _, dl := range shown {
 			printDeadLetter(e, dl)
 		}
 		return nil

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/oncekit/oncekit/sideeffect"
@@ -27,8 +25,7 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "usage: oncekit %s\n", effectsUsage)
 		return usagef("missing subcommand: list, retry, resolve or purge")
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
+	if isHelp(args[0]) {
 		fmt.Fprintf(e.stdout, "usage: oncekit %s\n\nRun `oncekit effects <subcommand> -h` for its flags.\n", effectsUsage)
 		return nil
 	}
@@ -36,6 +33,7 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "effects "+sub, effectsUsage)
 	var db dbFlags
 	db.register(fs, e)
+	var byFlag envString
 	var (
 		state, kind, by, reason, ref *string
 		limit                        *int
@@ -49,13 +47,9 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		kind = fs.String("kind", "", "only effects of this kind")
 		limit = fs.Int("limit", 100, "at most this many rows")
 		after = fs.Int64("after", 0, "only IDs above this one (paging)")
-		asJSON = fs.Bool("json", false, "one JSON object per line")
+		asJSON = fs.Bool("json", false, "a JSON array")
 	case "retry":
-		user := e.getenv("USER")
-		if user == "" {
-			user = "operator"
-		}
-		by = fs.String("by", user, "who decided (recorded on the effect)")
+		fs.Var(&byFlag, "by", "`NAME` of who decided, recorded on the effect (default: env USER, else operator)")
 		reason = fs.String("reason", "retried by an operator", "why (recorded on the effect)")
 	case "resolve":
 		by = fs.String("by", "", "who decided (required; recorded on the effect)")
@@ -70,7 +64,11 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.schema})
+	if sub == "retry" {
+		user := byFlag.resolve(e, "USER", "operator")
+		by = &user
+	}
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.schema()})
 	if err != nil {
 		return usagef("--schema: %v", err)
 	}
@@ -81,6 +79,9 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		}
 		if *state != "" && !sideeffect.State(*state).Valid() {
 			return usagef("--state %q: want pending, fired, confirmed, failed or unknown", *state)
+		}
+		if *limit <= 0 {
+			return usagef("--limit: %d must be positive", *limit)
 		}
 	case "retry":
 		if len(pos) == 0 {
@@ -128,21 +129,14 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			for _, r := range rows {
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			}
-			return nil
+			return writeJSON(e.stdout, effectsJSON(rows))
 		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tKIND\tSOURCE\tATTEMPTS\tUPDATED\tDETAIL")
+		lines := make([]string, 0, len(rows))
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.State, r.Kind, r.SourceID, r.Attempts,
-				r.UpdatedAt.UTC().Format(time.RFC3339), detail(r))
+			lines = append(lines, fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s", r.ID, r.State, r.Kind, r.SourceID, r.Attempts,
+				timestamp(r.UpdatedAt), detail(r)))
 		}
-		return tw.Flush()
+		return writeTable(e.stdout, "ID\tSTATE\tKIND\tSOURCE\tATTEMPTS\tUPDATED\tDETAIL", lines)
 	case "retry":
 		for _, id := range ids {
 			if err := ledger.Retry(ctx, pool, id, sideeffect.Decision{By: *by, Note: *reason}); err != nil {

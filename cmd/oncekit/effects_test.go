@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -88,7 +89,9 @@ func TestEffectsCLIListRetryResolvePurge(t *testing.T) {
 
 	code, out, stderr = runEffectsCLI(t, db, "effects", "list", "--json", "--kind", "mail")
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, 3, bytes.Count([]byte(out), []byte("\n")))
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed, 3)
 
 	code, out, stderr = runEffectsCLI(t, db, "effects", "resolve", strconv.FormatInt(ids[0], 10), "failed", "--by", "ana", "--reason", "cancelled")
 	require.Equal(t, 0, code, stderr)

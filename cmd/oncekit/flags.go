@@ -5,73 +5,167 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
-// newFlagSet returns a flag set that reports errors instead of exiting.
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints nothing by itself: parse prints the usage on -h, and run prints
+// errors once.
 func newFlagSet(e *env, name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("oncekit "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: oncekit %s\n\nflags:\n", usage)
+		fs.SetOutput(e.stderr)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 	return fs
 }
 
-// parse parses args, turning -h into a clean exit (the flag set has
-// printed its usage already) and other errors into usage errors.
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// parse parses args, turning -h into the usage and a clean exit, and other
+// errors into usage errors (reported once, by run).
 func parse(fs *flag.FlagSet, args []string) error {
+	usage := fs.Usage
+	fs.Usage = func() {}
 	err := fs.Parse(args)
+	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
+		usage()
 		return &exitError{code: 0}
 	}
 	if err != nil {
-		return usagef("%v", err)
+		return usagef("%v (run `%s -h` for the flags)", err, fs.Name())
 	}
 	return nil
 }
 
+// parseSubcommand returns args' first word, the subcommand, and parses the
+// rest into fs. No subcommand is a usage error listing subs; a help word
+// prints the usage and exits cleanly.
+func parseSubcommand(fs *flag.FlagSet, args []string, subs string) (string, error) {
+	if len(args) == 0 {
+		fs.Usage()
+		return "", usagef("missing subcommand: %s", subs)
+	}
+	sub := args[0]
+	if isHelp(sub) {
+		fs.Usage()
+		return "", &exitError{code: 0}
+	}
+	return sub, parse(fs, args[1:])
+}
+
+// nonNegative fails with a usage error naming the first negative duration
+// flag among names.
+func nonNegative(fs *flag.FlagSet, names ...string) error {
+	for _, n := range names {
+		if d, ok := fs.Lookup(n).Value.(flag.Getter).Get().(time.Duration); ok && d < 0 {
+			return usagef("--%s: %s is negative", n, d)
+		}
+	}
+	return nil
+}
+
+// envString is a string flag whose default comes from an environment
+// variable read after parsing, so that -h never prints a value taken from
+// the environment (a credential, often).
+type envString struct {
+	value string
+	set   bool
+}
+
+func (s *envString) String() string     { return "" }
+func (s *envString) Set(v string) error { s.value, s.set = v, true; return nil }
+
+// resolve returns the flag's value when given, else the variable's, else def.
+func (s *envString) resolve(e *env, variable, def string) string {
+	if s.set {
+		return s.value
+	}
+	if v := e.getenv(variable); v != "" {
+		return v
+	}
+	return def
+}
+
 // dbFlags are the flags of every command that talks to PostgreSQL.
 type dbFlags struct {
-	url    string
-	schema string
+	urlFlag, schemaFlag envString
+	e                   *env
+	// maxConns, when positive, sizes the pool unless the URL's
+	// pool_max_conns does.
+	maxConns int
 }
 
 func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
-	fs.StringVar(&d.url, "database-url", e.getenv("DATABASE_URL"), "PostgreSQL connection string (env DATABASE_URL)")
-	schema := e.getenv("ONCEKIT_SCHEMA")
-	if schema == "" {
-		schema = pgsql.DefaultSchema
-	}
-	fs.StringVar(&d.schema, "schema", schema, "schema of oncekit's tables (env ONCEKIT_SCHEMA)")
+	d.e = e
+	fs.Var(&d.urlFlag, "database-url", "PostgreSQL connection `URL` (default: env DATABASE_URL)")
+	fs.Var(&d.schemaFlag, "schema", "`NAME` of the schema of oncekit's tables (default: env ONCEKIT_SCHEMA, else "+pgsql.DefaultSchema+")")
+}
+
+// url is the connection string: the flag's, else DATABASE_URL.
+func (d *dbFlags) url() string { return d.urlFlag.resolve(d.e, "DATABASE_URL", "") }
+
+// schema is the schema of oncekit's tables: the flag's, else
+// ONCEKIT_SCHEMA, else the default.
+func (d *dbFlags) schema() string {
+	return d.schemaFlag.resolve(d.e, "ONCEKIT_SCHEMA", pgsql.DefaultSchema)
 }
 
 // validate checks the schema name (no SQL through configuration).
 func (d *dbFlags) validate() error {
-	if _, err := pgsql.ValidateSchema(d.schema); err != nil {
+	if d.schema() == "" {
+		return usagef("--schema: must not be empty")
+	}
+	if _, err := pgsql.ValidateSchema(d.schema()); err != nil {
 		return usagef("--schema: %v", err)
 	}
 	return nil
 }
 
-// open validates the flags and connects, failing fast with a clear message
-// when PostgreSQL cannot be reached.
+// errNoTables is wrapped by open's error when the migrations were not run.
+var errNoTables = errors.New("oncekit's tables are missing")
+
+// open validates the flags and connects, failing fast with a message that
+// names the problem: PostgreSQL unreachable, the database or role missing,
+// the login refused, or (unless the command creates them) oncekit's tables
+// missing from the schema.
 func (d *dbFlags) open(ctx context.Context) (*pgxpool.Pool, error) {
+	return d.openWith(ctx, true)
+}
+
+// openWith is open; needTables false skips the tables check (migrate).
+func (d *dbFlags) openWith(ctx context.Context, needTables bool) (*pgxpool.Pool, error) {
 	if err := d.validate(); err != nil {
 		return nil, err
 	}
-	if d.url == "" {
+	if d.url() == "" {
 		return nil, usagef("--database-url (or DATABASE_URL) is required")
 	}
-	cfg, err := pgxpool.ParseConfig(d.url)
+	cfg, err := pgxpool.ParseConfig(d.url())
 	if err != nil {
 		return nil, usagef("--database-url: %v", err)
+	}
+	if d.maxConns > 0 && !strings.Contains(d.url(), "pool_max_conns") {
+		cfg.MaxConns = int32(d.maxConns)
 	}
 	// oncekit's statements are short and indexed; JIT compilation only adds
 	// hundreds of milliseconds of CPU where a large table's estimates pass
@@ -87,26 +181,71 @@ func (d *dbFlags) open(ctx context.Context) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("PostgreSQL at %s:%d is unreachable: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, connectError(&cfg.ConnConfig.Config, err)
+	}
+	if needTables {
+		if err := checkTables(pctx, pool, d.schema()); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	return pool, nil
 }
 
+// connectError names what a failed first connection means.
+func connectError(cc *pgconn.Config, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3D000": // invalid_catalog_name
+			return fmt.Errorf("database %q does not exist on %s:%d: %s", cc.Database, cc.Host, cc.Port, pgErr.Message)
+		case "28000", "28P01": // invalid_authorization_specification, invalid_password
+			return fmt.Errorf("role %q cannot log in to %s:%d: %s", cc.User, cc.Host, cc.Port, pgErr.Message)
+		case "42501":
+			return fmt.Errorf("role %q may not connect to database %q: %s", cc.User, cc.Database, pgErr.Message)
+		default:
+			return fmt.Errorf("PostgreSQL at %s:%d refused the connection: %w", cc.Host, cc.Port, err)
+		}
+	}
+	return fmt.Errorf("PostgreSQL at %s:%d is unreachable: %w", cc.Host, cc.Port, err)
+}
+
+// oncekitTables are the tables every command but migrate needs.
+var oncekitTables = []string{"outbox", "relay_partitions", "processed_messages", "dead_letters", "side_effects", "idempotency_keys"}
+
+// checkTables fails with a clear message when the migrations were not run.
+func checkTables(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var missing []string
+	err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(t ORDER BY t), '{}') FROM unnest($2::text[]) AS t
+		WHERE to_regclass(format('%I.%I', $1::text, t)) IS NULL`, schema, oncekitTables).Scan(&missing)
+	if err != nil {
+		return fmt.Errorf("check tables: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: schema %q has no %s: run `oncekit migrate up --schema %s` first",
+			errNoTables, schema, strings.Join(missing, ", "), schema)
+	}
+	return nil
+}
+
 // natsFlags are the flags of every command that talks to NATS.
-type natsFlags struct{ url string }
+type natsFlags struct {
+	urlFlag envString
+	e       *env
+}
 
 func (n *natsFlags) register(fs *flag.FlagSet, e *env) {
-	url := e.getenv("NATS_URL")
-	if url == "" {
-		url = nats.DefaultURL
-	}
-	fs.StringVar(&n.url, "nats-url", url, "NATS server URL (env NATS_URL)")
+	n.e = e
+	fs.Var(&n.urlFlag, "nats-url", "NATS server `URL` (default: env NATS_URL, else "+nats.DefaultURL+")")
 }
+
+// url is the NATS URL to dial.
+func (n *natsFlags) url() string { return n.urlFlag.resolve(n.e, "NATS_URL", nats.DefaultURL) }
 
 // connect dials NATS once, failing fast when it is unreachable at start, and
 // reconnects forever afterwards.
 func (n *natsFlags) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(n.url,
+	nc, err := nats.Connect(n.url(),
 		nats.Name(name),
 		nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1),
@@ -114,7 +253,37 @@ func (n *natsFlags) connect(name string) (*nats.Conn, error) {
 		nats.ReconnectBufSize(-1), // never buffer publishes while disconnected: fail them
 	)
 	if err != nil {
-		return nil, fmt.Errorf("NATS at %s is unreachable: %w", n.url, err)
+		return nil, fmt.Errorf("NATS at %s is unreachable: %w", redact(n.url()), err)
 	}
 	return nc, nil
+}
+
+// configFlags maps the configuration fields a library names in its errors to
+// the flags that set them.
+type configFlags map[string]string
+
+// usage turns a library's configuration error into a usage error that names
+// the flag instead of the Go field ("outbox: RelayConfig.BatchSize: -1 must
+// be positive" becomes "--batch: -1 must be positive").
+func (m configFlags) usage(err error) error {
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(msg[:len(msg)-len(rest)], " ") {
+		msg = rest // the package prefix
+	}
+	if _, field, ok := strings.Cut(msg, "Config."); ok {
+		for name, flag := range m {
+			if strings.HasPrefix(field, name) && !isIdentChar(field, len(name)) {
+				return usagef("%s%s", flag, field[len(name):])
+			}
+		}
+	}
+	return usagef("%s", msg)
+}
+
+func isIdentChar(s string, i int) bool {
+	if i >= len(s) {
+		return false
+	}
+	c := s[i]
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

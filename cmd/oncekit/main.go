@@ -1,6 +1,11 @@
 // Command oncekit is oncekit's command line: schema migrations, the outbox
-// relay daemon, and the operator tools for dead letters, side effects and
-// drift. Run `oncekit help` for the list of commands.
+// relay and side-effect dispatcher daemons, and the operator tools: status,
+// drift, dead letters, side effects, the outbox. Run `oncekit help` for the
+// list of commands and docs/operations.md for their use.
+//
+// Every command exits 2 on bad usage, and never prints a credential: help
+// shows no value taken from the environment, and errors and logs hide the
+// passwords of URLs and connection strings.
 package main
 
 import (
@@ -67,7 +72,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "oncekit: unknown command %q\n\n", args[0])
+		fmt.Fprintf(e.stderr, "oncekit: unknown command %q\n\n", redact(args[0]))
 		printHelp(e.stderr)
 		return 2
 	}
@@ -80,10 +85,10 @@ func run(ctx context.Context, e *env, args []string) int {
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "oncekit %s: %v\n", c.name, err)
+		fmt.Fprintf(e.stderr, "oncekit %s: %s\n", c.name, redact(err.Error()))
 		return 2
 	default:
-		fmt.Fprintf(e.stderr, "oncekit %s: %v\n", c.name, err)
+		fmt.Fprintf(e.stderr, "oncekit %s: %s\n", c.name, redact(err.Error()))
 		return 1
 	}
 }

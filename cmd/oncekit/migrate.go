@@ -15,20 +15,19 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "migrate", "migrate up|status|sql [flags]")
 	var db dbFlags
 	db.register(fs, e)
-	if len(args) == 0 {
-		fs.Usage()
-		return usagef("missing subcommand: up, status or sql")
-	}
-	sub := args[0]
-	if err := parse(fs, args[1:]); err != nil {
+	sub, err := parseSubcommand(fs, args, "up, status or sql")
+	if err != nil {
 		return err
 	}
-	schema := migrations.WithSchema(db.schema)
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	if err := db.validate(); err != nil {
+		return err
+	}
+	schema := migrations.WithSchema(db.schema())
 	switch sub {
 	case "sql":
-		if err := db.validate(); err != nil {
-			return err
-		}
 		sql, err := migrations.SQL(schema)
 		if err != nil {
 			return err
@@ -36,7 +35,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		fmt.Fprint(e.stdout, sql)
 		return nil
 	case "up":
-		pool, err := db.open(ctx)
+		pool, err := db.openWith(ctx, false)
 		if err != nil {
 			return err
 		}
@@ -46,14 +45,14 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if len(applied) == 0 {
-			fmt.Fprintf(e.stdout, "schema %s is up to date\n", db.schema)
+			fmt.Fprintf(e.stdout, "schema %s is up to date\n", db.schema())
 		}
 		for _, m := range applied {
 			fmt.Fprintf(e.stdout, "applied %03d_%s\n", m.Version, m.Name)
 		}
 		return nil
 	case "status":
-		pool, err := db.open(ctx)
+		pool, err := db.openWith(ctx, false)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// discardLogger drops everything.
+var discardLogger = slog.New(slog.DiscardHandler)
+
 // newRegistry returns a registry with the Go and process collectors.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()

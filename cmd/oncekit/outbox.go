@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/google/uuid"
 
@@ -21,18 +20,23 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 	state := fs.String("state", "", "list: only rows in this state: pending, parked or published")
 	limit := fs.Int("limit", 100, "most rows to list")
 	all := fs.Bool("all", false, "unpark: every parked message")
-	if len(args) == 0 {
-		fs.Usage()
-		return usagef("missing subcommand: list, parked or unpark")
-	}
-	sub := args[0]
-	if err := parse(fs, args[1:]); err != nil {
+	asJSON := fs.Bool("json", false, "list, parked: a JSON array")
+	sub, err := parseSubcommand(fs, args, "list, parked or unpark")
+	if err != nil {
 		return err
 	}
 	switch sub {
 	case "list", "parked", "unpark":
 	default:
 		return usagef("unknown subcommand %q: want list, parked or unpark", sub)
+	}
+	switch outbox.State(*state) {
+	case "", outbox.StatePending, outbox.StateParked, outbox.StatePublished:
+	default:
+		return usagef("--state %q: want pending, parked or published", *state)
+	}
+	if *limit <= 0 {
+		return usagef("--limit: %d must be positive", *limit)
 	}
 	var ids []uuid.UUID
 	if sub == "unpark" {
@@ -49,7 +53,7 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 	} else if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %v", fs.Args())
 	}
-	ob, err := outbox.New(&outbox.Config{Schema: db.schema})
+	ob, err := outbox.New(&outbox.Config{Schema: db.schema()})
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -80,20 +84,15 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR")
+	if *asJSON {
+		return writeJSON(e.stdout, outboxEntriesJSON(entries))
+	}
+	lines := make([]string, 0, len(entries))
 	for _, en := range entries {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", en.Seq, en.ID, en.State(), en.Partition,
-			en.Key, en.Subject, size(en.PayloadSize), en.Attempts, en.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"),
-			oneLine(en.LastError, 60))
+		lines = append(lines, fmt.Sprintf("%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", en.Seq, en.ID, en.State(), en.Partition,
+			en.Key, en.Subject, size(en.PayloadSize), en.Attempts, timestamp(en.CreatedAt), oneLine(en.LastError, 60)))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(entries) == 0 {
-		fmt.Fprintln(e.stdout, "(none)")
-	}
-	return nil
+	return writeTable(e.stdout, "SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR", lines)
 }
 
 func size(n *int) string {

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit/broker/natsjs"
@@ -19,22 +19,28 @@ func init() {
 	register(&command{name: "relay", summary: "run the outbox relay daemon (outbox → JetStream)", run: runRelay})
 }
 
+// relayFlags names the flags of the RelayConfig fields.
+var relayFlags = configFlags{"Partitions": "--partitions", "BatchSize": "--batch", "LeaseTTL": "--lease-ttl",
+	"PollInterval": "--poll-interval", "BusyPollInterval": "--busy-poll-interval", "PublishTimeout": "--publish-timeout",
+	"MaxAttempts": "--max-attempts", "Retention": "--retention", "NodeID": "--node-id", "Schema": "--schema"}
+
 func runRelay(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "relay", "relay [flags]")
 	var db dbFlags
 	var nf natsFlags
 	db.register(fs, e)
 	nf.register(fs, e)
+	var listenFlag, partitionsFlag envString
 	var (
 		cfg       outbox.RelayConfig
-		listen    = fs.String("listen", e.getenv("ONCEKIT_LISTEN"), "address serving /healthz and /metrics, e.g. :9090 (env ONCEKIT_LISTEN; empty: off)")
 		stream    = fs.String("stream", "", "create or update this JetStream stream at start (with --subjects); by default the stream must exist")
 		subjects  = fs.String("subjects", "", "comma-separated subjects of --stream")
 		dupWindow = fs.Duration("duplicates", natsjs.DefaultDuplicates, "dedup window of --stream: a re-publish within it is absorbed by JetStream")
 		logFormat = fs.String("log-format", "text", "log format: text or json")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
-	fs.IntVar(&cfg.Partitions, "partitions", envInt(e, "ONCEKIT_PARTITIONS", outbox.DefaultPartitions), "number of partitions; must equal the writers' outbox.Config.Partitions (env ONCEKIT_PARTITIONS)")
+	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
+	fs.Var(&partitionsFlag, "partitions", fmt.Sprintf("`N`, the number of partitions; must equal the writers' outbox.Config.Partitions (default: env ONCEKIT_PARTITIONS, else %d)", outbox.DefaultPartitions))
 	fs.StringVar(&cfg.NodeID, "node-id", "", "name of this relay in the lease tables (default hostname-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", 1000, "most rows read and published at once per partition")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 10*time.Second, "partition lease duration (renewed every third of it)")
@@ -54,33 +60,29 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Schema = db.schema
+	cfg.Schema = db.schema()
 	cfg.Logger = log
 	reg := newRegistry()
 	cfg.Registerer = reg
 	if *stream != "" && *subjects == "" {
 		return usagef("--stream needs --subjects")
 	}
-	if cfg.Partitions < 1 {
-		return usagef("--partitions: %d must be positive", cfg.Partitions)
+	partitions := partitionsFlag.resolve(e, "ONCEKIT_PARTITIONS", strconv.Itoa(outbox.DefaultPartitions))
+	if cfg.Partitions, err = strconv.Atoi(partitions); err != nil || cfg.Partitions < 1 {
+		return usagef("--partitions (or ONCEKIT_PARTITIONS): %q is not a positive number", partitions)
 	}
+	listen := listenFlag.resolve(e, "ONCEKIT_LISTEN", "")
 
-	// Enough connections for every partition's worker plus the loops.
-	if db.url != "" && !strings.Contains(db.url, "pool_max_conns") {
-		sep := "?"
-		if strings.Contains(db.url, "?") {
-			sep = "&"
-		}
-		db.url += fmt.Sprintf("%spool_max_conns=%d", sep, min(cfg.Partitions, 64)+4)
+	if err := nonNegative(fs, "lease-ttl", "poll-interval", "busy-poll-interval", "publish-timeout"); err != nil {
+		return err
 	}
+	// Enough connections for every partition's worker plus the loops.
+	db.maxConns = min(cfg.Partitions, 64) + 4
 	pool, err := db.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := checkTables(ctx, pool, db.schema); err != nil {
-		return err
-	}
 	nc, err := nf.connect("oncekit relay")
 	if err != nil {
 		return err
@@ -104,7 +106,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	}
 	relay, err := outbox.NewRelay(pool, pub, &cfg)
 	if err != nil {
-		return usagef("%v", err)
+		return relayFlags.usage(err)
 	}
 	healthy := func(ctx context.Context) error {
 		if !nc.IsConnected() {
@@ -112,25 +114,11 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		}
 		return pool.Ping(ctx)
 	}
-	if err := serveOps(ctx, log, *listen, reg, healthy); err != nil {
+	if err := serveOps(ctx, log, listen, reg, healthy); err != nil {
 		return err
 	}
 	if err := relay.Run(ctx); err != nil {
 		return err
-	}
-	return nil
-}
-
-// checkTables fails with a clear message when the migrations were not run.
-func checkTables(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	var ok bool
-	err := pool.QueryRow(ctx, `SELECT to_regclass(format('%I.outbox', $1::text)) IS NOT NULL
-		AND to_regclass(format('%I.relay_partitions', $1::text)) IS NOT NULL`, schema).Scan(&ok)
-	if err != nil {
-		return fmt.Errorf("check tables: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("schema %q has no outbox tables: run `oncekit migrate up --schema %s` first", schema, schema)
 	}
 	return nil
 }
@@ -140,7 +128,7 @@ func newLogger(e *env, format, level string) (*slog.Logger, error) {
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level: %v", err)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: redactAttr}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
@@ -149,14 +137,4 @@ func newLogger(e *env, format, level string) (*slog.Logger, error) {
 	default:
 		return nil, usagef("--log-format: %q: want text or json", format)
 	}
-}
-
-func envInt(e *env, name string, def int) int {
-	var n int
-	if v := e.getenv(name); v != "" {
-		if _, err := fmt.Sscan(v, &n); err == nil {
-			return n
-		}
-	}
-	return def
 }

@@ -38,8 +38,8 @@ import (
 	"github.com/oncekit/oncekit/drift"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/localnats"
 	"github.com/oncekit/oncekit/migrations"
+	"github.com/oncekit/oncekit/oncekittest"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
@@ -76,7 +76,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	nc, stopNATS, err := localnats.Connect(getenv("NATS_URL", "nats://127.0.0.1:4222"))
+	nc, stopNATS, err := oncekittest.Connect(getenv("NATS_URL", "nats://127.0.0.1:4222"))
 	if err != nil {
 		return err
 	}

@@ -7,13 +7,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/oncekittest"
 )
 
 // The whole chain, as `make demo` runs it, in an isolated schema and NATS.
 func TestChainEndToEnd(t *testing.T) {
-	db := testenv.NewDB(t)
-	n := testenv.NewNATS(t)
+	db := oncekittest.NewDB(t)
+	n := oncekittest.NewNATS(t)
 	t.Setenv("ONCEKIT_SCHEMA", db.Schema)
 	t.Setenv("NATS_URL", n.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -24,8 +24,8 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/internal/localnats"
 	"github.com/oncekit/oncekit/migrations"
+	"github.com/oncekit/oncekit/oncekittest"
 	"github.com/oncekit/oncekit/outbox"
 )
 
@@ -49,7 +49,7 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("migrate (is PostgreSQL up?): %w", err)
 	}
 
-	nc, stopNATS, err := localnats.Connect(getenv("NATS_URL", nats.DefaultURL))
+	nc, stopNATS, err := oncekittest.Connect(getenv("NATS_URL", nats.DefaultURL))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 // Package pgsql holds the small pieces of PostgreSQL plumbing every oncekit
 // package shares: schema-name validation, rendering of schema-qualified SQL,
-// and the narrow database interfaces the packages accept.
+// and the helpers that run oncekit's statements. The database interfaces the
+// packages accept are public, in package oncekit.
 package pgsql
 
 import (
@@ -12,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit"
 )
 
 // DefaultSchema is the schema oncekit's tables live in unless configured.
@@ -42,25 +45,6 @@ func Render(sql, schema string) string {
 	return strings.ReplaceAll(sql, "{schema}", `"`+schema+`"`)
 }
 
-// Querier is what oncekit needs to run a statement: satisfied by pgx.Tx,
-// *pgx.Conn and *pgxpool.Pool.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Beginner starts transactions: satisfied by *pgxpool.Pool and *pgx.Conn.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// DB is a pool-like handle: it begins transactions and runs statements.
-type DB interface {
-	Querier
-	Beginner
-}
-
 // IsUniqueViolation reports whether err is PostgreSQL's unique_violation.
 func IsUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
@@ -82,7 +66,7 @@ type batcher interface {
 // PostgreSQL then spends hundreds of milliseconds compiling a query that
 // runs in one. On a q that sends batches the setting travels in the same
 // round trip; on any other q the query runs as it is.
-func QueryRowNoJIT(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
+func QueryRowNoJIT(ctx context.Context, q oncekit.Querier, sql string, args []any, dest ...any) error {
 	b, ok := q.(batcher)
 	if !ok {
 		return q.QueryRow(ctx, sql, args...).Scan(dest...)

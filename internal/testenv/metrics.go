@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"net"
 	"sync"
 	"testing"
 
@@ -70,4 +71,19 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// FreeAddr returns a loopback address with a port free at the time of the
+// call, for a process under test to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: free port: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("testenv: free port: %v", err)
+	}
+	return addr
 }

@@ -2,9 +2,11 @@
 // side-effect dispatcher: each call is a POST of the effect's payload to a
 // configured URL.
 //
-// Every request carries the effect's idempotency key twice, as
-// Idempotency-Key (IETF httpapi draft, Stripe) and as webhook-id, and is
-// signed per the Standard Webhooks convention (https://www.standardwebhooks.com):
+// Every request carries the effect's idempotency key twice, in the header
+// of Config.Key (Idempotency-Key by default, per the IETF httpapi draft; the
+// presets Stripe, PayPal, Twilio, Adyen and StandardWebhooks follow each
+// provider's header and length limit) and as webhook-id, and is signed per
+// the Standard Webhooks convention (https://www.standardwebhooks.com):
 //
 //	webhook-id:        the idempotency key (the same on every attempt)
 //	webhook-timestamp: Unix seconds of this attempt

@@ -2,17 +2,20 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
@@ -39,8 +42,13 @@ type Config struct {
 	ContentType string
 	// Header holds extra request headers (e.g. Authorization).
 	Header http.Header
-	// KeysIgnored declares that the receiver does NOT dedup on
-	// Idempotency-Key / webhook-id. The dispatcher then never repeats a call
+	// Key is the receiver's idempotency-key convention: the header that
+	// carries the key and its length limit (Stripe, PayPal, Twilio, Adyen,
+	// StandardWebhooks). Defaults to DefaultKey: Idempotency-Key, no limit.
+	// Every request carries the key as webhook-id too.
+	Key KeyPreset
+	// KeysIgnored declares that the receiver does NOT dedup on the key
+	// (Key.Header / webhook-id). The dispatcher then never repeats a call
 	// whose outcome is unknown (a timeout, a crash mid-call): the effect
 	// becomes unknown for an operator instead. Defaults to false: receivers
 	// following Standard Webhooks dedup on webhook-id.
@@ -65,6 +73,7 @@ type Config struct {
 type Provider struct {
 	cfg    Config
 	url    *url.URL // Config.URL, parsed
+	keyH   string   // the header carrying the key besides webhook-id, or ""
 	key    []byte
 	signer *signer
 	client *http.Client
@@ -75,44 +84,21 @@ type Provider struct {
 	rt http.RoundTripper
 }
 
+// ErrInvalidConfig is wrapped by the error New returns for a bad Config; the
+// error's text names the field.
+var ErrInvalidConfig = errors.New("webhook: invalid config")
+
 // New returns a Provider for the endpoint.
 func New(cfg *Config) (*Provider, error) {
-	if cfg == nil {
-		return nil, errors.New("webhook: Config.URL is required")
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	c := *cfg
-	u, err := url.Parse(c.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("webhook: Config.URL: want an http(s) URL, got %q", c.URL)
-	}
-	if c.Timeout < 0 {
-		return nil, fmt.Errorf("webhook: Config.Timeout must be positive, got %s", c.Timeout)
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
-	if c.ContentType == "" {
-		c.ContentType = "application/json"
-	}
-	if c.RefHeader == "" {
-		c.RefHeader = "Webhook-Ref"
-	}
-	if c.DuplicateHeader == "" {
-		c.DuplicateHeader = "Idempotent-Replayed"
-	}
-	if c.MaxConns <= 0 {
-		c.MaxConns = 64
-	}
-	h := make(http.Header, len(c.Header))
-	for k, vs := range c.Header {
-		h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
-	}
-	c.Header = h
-	p := &Provider{cfg: c, client: c.Client, url: u}
+	u, _ := url.Parse(c.URL)     // validated
+	keyH, _ := c.Key.keyHeader() // validated
+	p := &Provider{cfg: c, client: c.Client, url: u, keyH: keyH}
 	if c.Secret != "" {
-		if p.key, err = ParseSecret(c.Secret); err != nil {
-			return nil, fmt.Errorf("webhook: Config.Secret: %w", err)
-		}
+		p.key, _ = ParseSecret(c.Secret) // validated
 		p.signer = newSigner(p.key)
 	}
 	if p.client == nil {
@@ -120,6 +106,61 @@ func New(cfg *Config) (*Provider, error) {
 		p.rt = p.client.Transport
 	}
 	return p, nil
+}
+
+// withDefaults returns a copy of c (the zero Config if nil) with defaults set
+// and Header copied in canonical form.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.Timeout = cmp.Or(out.Timeout, 10*time.Second)
+	out.ContentType = cmp.Or(out.ContentType, "application/json")
+	out.RefHeader = cmp.Or(out.RefHeader, "Webhook-Ref")
+	out.DuplicateHeader = cmp.Or(out.DuplicateHeader, "Idempotent-Replayed")
+	if out.MaxConns < 0 {
+		out.MaxConns = 0 // a negative size means the default too
+	}
+	out.MaxConns = cmp.Or(out.MaxConns, 64)
+	h := make(http.Header, len(out.Header))
+	for k, vs := range out.Header {
+		h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	out.Header = h
+	out.Key = cmp.Or(out.Key, DefaultKey)
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "webhook: Config."+field, format, args...)
+	}
+	if c.URL == "" {
+		return bad("URL", "required")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		shown := "an unparsable URL"
+		if u != nil {
+			shown = strconv.Quote(u.Redacted())
+		}
+		return bad("URL", "want an http(s) URL, got %s", shown)
+	}
+	if c.Timeout < 0 {
+		return bad("Timeout", "%s must be positive", c.Timeout)
+	}
+	if _, err := c.Key.keyHeader(); err != nil {
+		return err
+	}
+	if c.Secret != "" {
+		if _, err := ParseSecret(c.Secret); err != nil {
+			return bad("Secret", "%w", err)
+		}
+	}
+	return nil
 }
 
 // NewClient returns an HTTP client suited to webhook calls: keep-alive
@@ -161,6 +202,10 @@ func (e *StatusError) Error() string {
 // Call posts the payload, signed, with the effect's key. See the package
 // documentation for how answers are classified.
 func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) {
+	if p.cfg.Key.MaxLen > 0 && len(c.Key) > p.cfg.Key.MaxLen {
+		return "", sideeffect.Definite(fmt.Errorf("%w: %s takes at most %d characters, the key has %d",
+			ErrKeyTooLong, p.cfg.Key.Provider, p.cfg.Key.MaxLen, len(c.Key)))
+	}
 	now := time.Now()
 	// A context of the caller's that ends sooner already bounds the call:
 	// no second timer.
@@ -181,13 +226,15 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 	// Canonical keys written directly (no per-call canonicalisation), the
 	// values sharing one backing array.
 	vals := [...]string{p.cfg.ContentType, c.Key, c.Key, ts, "", c.Kind, strconv.Itoa(c.Attempt)}
-	h := make(http.Header, len(p.cfg.Header)+len(vals))
+	h := make(http.Header, len(p.cfg.Header)+len(vals)+len(c.Trace))
 	for k, vs := range p.cfg.Header {
 		h[k] = vs
 	}
 	vs := vals[:]
 	h["Content-Type"] = vs[0:1:1]
-	h["Idempotency-Key"] = vs[1:2:2]
+	if p.keyH != "" {
+		h[p.keyH] = vs[1:2:2] // as the provider writes it, not canonicalised
+	}
 	h[HeaderID] = vs[2:3:3]
 	h[HeaderTimestamp] = vs[3:4:4]
 	if p.signer != nil {
@@ -196,6 +243,13 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 	}
 	h[HeaderKind] = vs[5:6:6]
 	h[HeaderAttempt] = vs[6:7:7]
+	for k, v := range c.Trace {
+		// The effect's trace context (traceparent, tracestate), unless a
+		// header of the same name is configured.
+		if k = textproto.CanonicalMIMEHeaderKey(k); h[k] == nil && validTraceHeader(k, v) {
+			h[k] = []string{v}
+		}
+	}
 	req.Header = h
 
 	var resp *http.Response
@@ -205,7 +259,7 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 		resp, err = p.client.Do(req)
 	}
 	if err != nil {
-		return "", fmt.Errorf("webhook: POST %s: %w", p.cfg.URL, err) // indefinite
+		return "", fmt.Errorf("webhook: POST %s: %w", p.url.Redacted(), err) // indefinite
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if resp.ContentLength != 0 { // an empty body needs no draining
@@ -273,4 +327,23 @@ func snippet(b []byte) string {
 func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// validTraceHeader reports whether a trace header can be sent as is: a
+// token for a name, no control character but tab in the value.
+func validTraceHeader(k, v string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if !validHeaderByte(k[i]) {
+			return false
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

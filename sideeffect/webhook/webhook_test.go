@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,4 +187,42 @@ func TestConfigValidation(t *testing.T) {
 	p, err := webhook.New(&webhook.Config{URL: "https://example.com/hook", KeysIgnored: true})
 	require.NoError(t, err)
 	require.False(t, p.HonoursKeys())
+}
+
+func TestConfigErrorsNameTheFieldOnceAndHideCredentials(t *testing.T) {
+	t.Parallel()
+	_, err := webhook.New(&webhook.Config{URL: "http://x", Secret: "nope!"})
+	require.ErrorIs(t, err, webhook.ErrInvalidSecret)
+	require.Equal(t, 1, strings.Count(err.Error(), "webhook:"), err.Error())
+	require.Contains(t, err.Error(), "Config.Secret")
+
+	_, err = webhook.New(&webhook.Config{URL: "ftp://user:S3cret@host/x"})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "S3cret")
+
+	p, err := webhook.New(&webhook.Config{URL: "http://user:S3cret@127.0.0.1:1/hook", Timeout: time.Second})
+	require.NoError(t, err)
+	_, err = p.Call(context.Background(), sideeffect.Call{ID: 1, Kind: "k", Key: "key"})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "S3cret")
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		field string
+		cfg   *webhook.Config
+	}{
+		{"URL", nil},
+		{"URL", &webhook.Config{}},
+		{"URL", &webhook.Config{URL: "ftp://host/x"}},
+		{"Timeout", &webhook.Config{URL: "http://x", Timeout: -1}},
+		{"Key.MaxLen", &webhook.Config{URL: "http://x", Key: webhook.KeyPreset{MaxLen: -1}}},
+		{"Key.Header", &webhook.Config{URL: "http://x", Key: webhook.KeyPreset{Header: "bad header"}}},
+		{"Secret", &webhook.Config{URL: "http://x", Secret: "nope!"}},
+	} {
+		_, err := webhook.New(tc.cfg)
+		require.ErrorIs(t, err, webhook.ErrInvalidConfig, "%+v", tc.cfg)
+		require.True(t, strings.HasPrefix(err.Error(), "webhook: Config."+tc.field+": "), "%v", err)
+	}
 }

@@ -16,13 +16,13 @@ PASS`
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := median(s["BenchmarkRelay/oncekit msgs/s"]); got != 60000 {
+	if got := median(s.samples["BenchmarkRelay/oncekit msgs/s"]); got != 60000 {
 		t.Fatalf("median = %v, want 60000", got)
 	}
-	if got := s["BenchmarkEdge/replay p50-ms"]; len(got) != 1 || got[0] != 0.40 {
+	if got := s.samples["BenchmarkEdge/replay p50-ms"]; len(got) != 1 || got[0] != 0.40 {
 		t.Fatalf("p50 = %v", got)
 	}
-	if _, ok := s["BenchmarkRelay/oncekit ns/op"]; ok {
+	if _, ok := s.samples["BenchmarkRelay/oncekit ns/op"]; ok {
 		t.Fatal("ns/op must be skipped")
 	}
 	if got := median([]float64{1, 3, 2, 4}); got != 2.5 {

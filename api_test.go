@@ -1,0 +1,96 @@
+package oncekit_test
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// goList runs `go list` with a template over the module's packages.
+func goList(t *testing.T, format string, patterns ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-f", format}, patterns...)...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// The public API names no type a user cannot import: `go doc -all` of every
+// public package mentions neither an internal package's path nor one of its
+// identifiers.
+func TestPublicDocsMentionNoInternalPackage(t *testing.T) {
+	var names []string
+	for _, n := range goList(t, "{{.Name}}", "./internal/...") {
+		names = append(names, regexp.QuoteMeta(n))
+	}
+	internalRef := regexp.MustCompile(`internal/|\b(` + strings.Join(names, "|") + `)\.[A-Z]`)
+	checked := 0
+	for _, line := range goList(t, "{{.ImportPath}}:{{.Name}}", "./...") {
+		path, name, _ := strings.Cut(line, ":")
+		if name == "main" || strings.Contains(path, "/internal/") {
+			continue
+		}
+		out, err := exec.Command("go", "doc", "-all", path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go doc -all %s: %v\n%s", path, err, out)
+		}
+		for i, l := range strings.Split(string(out), "\n") {
+			if internalRef.MatchString(l) {
+				t.Errorf("%s: go doc line %d names an internal package: %s", path, i+1, strings.TrimSpace(l))
+			}
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d public packages; expected every one of them", checked)
+	}
+}
+
+// Examples are what users copy: no program under examples/ and no
+// example_test.go imports an internal package.
+func TestExamplesImportNoInternalPackage(t *testing.T) {
+	for _, line := range goList(t, `{{.ImportPath}}:{{join .Imports ","}},{{join .TestImports ","}},{{join .XTestImports ","}}`, "./examples/...") {
+		path, imports, _ := strings.Cut(line, ":")
+		for _, imp := range strings.Split(imports, ",") {
+			if strings.Contains(imp, "/internal/") {
+				t.Errorf("%s imports %s", path, imp)
+			}
+		}
+	}
+	files := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "internal" || d.Name() == "bench" || strings.HasPrefix(d.Name(), ".")) && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || d.Name() != "example_test.go" {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); strings.Contains(p, "/internal/") {
+				t.Errorf("%s imports %s", path, p)
+			}
+		}
+		files++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 10 {
+		t.Fatalf("found %d example_test.go files; expected every package's", files)
+	}
+}

@@ -1,0 +1,89 @@
+package main
+
+// target is one figure the project sets a target for.
+type target struct {
+	name string // machine-readable name, on the summary's "ratio" lines
+	what string // the capability, on the results page
+	// num is the figure's metric ("Benchmark/sub unit"); with den set, the
+	// figure is value(median num, median den), else the median of num (a
+	// ratio measured within each iteration, whose median is steadier than
+	// the ratio of two medians taken minutes apart).
+	num, den string
+	value    func(num, den float64) float64
+	op       string // ">=" or "<="
+	limit    float64
+	// oncekit, peer and raw are the rates or times shown beside the figure
+	// on the results page: oncekit's, watermill's, and the raw limit's.
+	oncekit, peer, raw string
+}
+
+func ratio(n, d float64) float64 { return n / d }
+
+var targets = []target{
+	{name: "relay oncekit/watermill", what: "relay drain vs watermill, msgs/s",
+		num: "BenchmarkRelay/oncekit msgs/s", den: "BenchmarkRelay/watermill msgs/s", value: ratio, op: ">=", limit: 15,
+		oncekit: "BenchmarkRelay/oncekit msgs/s", peer: "BenchmarkRelay/watermill msgs/s"},
+	{name: "relay oncekit/jetstream", what: "relay drain vs bare JetStream (paired)",
+		num: "BenchmarkRelay/oncekit x-jetstream", op: ">=", limit: 0.6,
+		oncekit: "BenchmarkRelay/oncekit msgs/s", raw: "BenchmarkRelay/jetstream msgs/s"},
+	{name: "relay-latency p50-ms", what: "relay latency p50 ms (1,000 events/s, polling)",
+		num: "BenchmarkRelayLatency/poll p50-ms", op: "<=", limit: 5},
+	{name: "relay-latency p99-ms", what: "relay latency p99 ms (polling)",
+		num: "BenchmarkRelayLatency/poll p99-ms", op: "<=", limit: 25},
+	{name: "consume oncekit-batch/watermill", what: "batch consumer vs watermill (paired)",
+		num: "BenchmarkConsume/oncekit-batch x-watermill", op: ">=", limit: 10,
+		oncekit: "BenchmarkConsume/oncekit-batch msgs/s", peer: "BenchmarkConsume/watermill msgs/s"},
+	{name: "consume dedup-overhead", what: "dedup overhead, batch vs no claim (paired)",
+		num: "BenchmarkConsume/oncekit-batch claim-overhead", op: "<=", limit: 0.20,
+		oncekit: "BenchmarkConsume/oncekit-batch msgs/s", raw: "BenchmarkConsume/oncekit-noclaim msgs/s"},
+	// The same two for the batch consumer whose handler queues its insert
+	// (inbox.Queue) instead of making a round trip.
+	{name: "consume oncekit-batch-queue/watermill", what: "batch consumer, queued writes, vs watermill (paired)",
+		num: "BenchmarkConsume/oncekit-batch-queue x-watermill", op: ">=", limit: 10,
+		oncekit: "BenchmarkConsume/oncekit-batch-queue msgs/s", peer: "BenchmarkConsume/watermill msgs/s"},
+	{name: "consume queue dedup-overhead", what: "dedup overhead, queued writes (paired)",
+		num: "BenchmarkConsume/oncekit-batch-queue claim-overhead", op: "<=", limit: 0.20,
+		oncekit: "BenchmarkConsume/oncekit-batch-queue msgs/s", raw: "BenchmarkConsume/oncekit-noclaim-queue msgs/s"},
+	{name: "dispatch oncekit effects/s", what: "dispatcher, effects/s",
+		num: "BenchmarkDispatch/oncekit effects/s", op: ">=", limit: 5000,
+		oncekit: "BenchmarkDispatch/oncekit effects/s"},
+	{name: "dispatch oncekit/bare-http", what: "dispatcher vs bare HTTP (paired)",
+		num: "BenchmarkDispatch/oncekit x-bare", op: ">=", limit: 0.5,
+		oncekit: "BenchmarkDispatch/oncekit effects/s", raw: "BenchmarkDispatch/bare-http effects/s"},
+	{name: "edge replay p50-ms", what: "edge replay p50 ms",
+		num: "BenchmarkEdge/replay p50-ms", op: "<=", limit: 1,
+		oncekit: "BenchmarkEdge/replay p50-ms", raw: "BenchmarkEdge/bare p50-ms"},
+	{name: "edge new-key extra round trips", what: "edge first request, extra PostgreSQL round trips",
+		num: "BenchmarkEdge/new-key pg-rt/req", den: "BenchmarkEdge/bare pg-rt/req",
+		value: func(n, d float64) float64 { return n - d }, op: "<=", limit: 1,
+		oncekit: "BenchmarkEdge/new-key pg-rt/req", raw: "BenchmarkEdge/bare pg-rt/req"},
+}
+
+// figure computes t's figure from the run's medians; false when the run
+// lacks a metric it needs.
+func (t target) figure(r *run) (float64, bool) {
+	if len(r.samples[t.num]) == 0 {
+		return 0, false
+	}
+	v := r.median(t.num)
+	if t.den == "" {
+		return v, true
+	}
+	d := r.median(t.den)
+	if d == 0 {
+		return 0, false
+	}
+	return t.value(v, d), true
+}
+
+// verdict is PASS when v meets t's target, else MISS.
+func (t target) verdict(v float64) string {
+	pass := v >= t.limit
+	if t.op == "<=" {
+		pass = v <= t.limit
+	}
+	if pass {
+		return "PASS"
+	}
+	return "MISS"
+}

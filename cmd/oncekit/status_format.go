@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// age formats seconds in its largest whole unit ("45s", "3m", "2h", "4d"),
+// rounding down: one screen, read at a glance.
+func age(secs float64) string {
+	d := time.Duration(secs * float64(time.Second))
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// alarm marks a figure that needs an operator.
+func alarm(n int64) string {
+	if n > 0 {
+		return strconv.FormatInt(n, 10) + " !"
+	}
+	return "0"
+}
+
+func orZeroAge(n int64, secs float64) string {
+	if n == 0 {
+		return "-"
+	}
+	return age(secs)
+}
+
+// writeStatus prints the report on one screen.
+func writeStatus(e *env, r statusReport) error {
+	w := e.stdout
+	ob := r.Outbox
+	fmt.Fprintf(w, "oncekit status, schema %s\n\n", r.Schema)
+	fmt.Fprintf(w, "OUTBOX  backlog %d, oldest %s, parked %s\n", ob.Backlog, orZeroAge(ob.Backlog, ob.OldestAgeSeconds), alarm(ob.Parked))
+	var lines []string
+	for _, p := range ob.Ranges {
+		part := strconv.Itoa(p.First)
+		if p.Last != p.First {
+			part += "-" + strconv.Itoa(p.Last)
+		}
+		owner, lease := "-", "free"
+		if p.Owner != "" {
+			owner, lease = p.Owner, "held, "+age(p.LeaseSeconds)+" left"
+			if p.LeaseSeconds <= 0 {
+				lease = "expired " + age(-p.LeaseSeconds) + " ago !"
+			}
+		}
+		lines = append(lines, fmt.Sprintf("  %s\t%s\t%s\t%d\t%s", part, owner, lease, p.Backlog, orZeroAge(p.Backlog, p.OldestAgeSeconds)))
+	}
+	if err := indentTable(w, "  PARTITIONS\tOWNER\tLEASE\tBACKLOG\tOLDEST", lines, "  no partitions leased yet (no relay has run)"); err != nil {
+		return err
+	}
+	nodes := make([]string, 0, len(ob.Nodes))
+	for _, n := range ob.Nodes {
+		nodes = append(nodes, fmt.Sprintf("%s (heartbeat %s ago)", n.ID, age(n.HeartbeatAgeSeconds)))
+	}
+	fmt.Fprintf(w, "  relays: %s\n", orNone(nodes))
+	keys := make([]string, 0, len(ob.ParkedKeys))
+	for _, k := range ob.ParkedKeys {
+		keys = append(keys, fmt.Sprintf("%q %d message(s) for %s", k.Key, k.Messages, age(k.ParkedAgeSeconds)))
+	}
+	fmt.Fprintf(w, "  parked keys: %s\n\n", orNone(keys))
+
+	fmt.Fprintln(w, "INBOX  claims of the last hour; totals from --metrics")
+	lines = lines[:0]
+	for _, c := range r.Consumers {
+		lines = append(lines, fmt.Sprintf("  %s\t%d\t%s\t%s\t%s\t%s", c.Name, c.ClaimsLastHour, counter(c.Processed), counter(c.Duplicates),
+			alarm(c.DeadLetters), orZeroAge(c.DeadLetters, c.OldestDeadAgeSeconds)))
+	}
+	if err := indentTable(w, "  CONSUMER\tCLAIMS 1H\tPROCESSED\tDUPLICATES\tDEAD LETTERS\tOLDEST DEAD", lines, "  no consumer active in the last hour, no dead letters"); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nSIDE EFFECTS  confirmed and failed: recorded in the --recent window")
+	lines = lines[:0]
+	for _, k := range r.Effects {
+		lines = append(lines, fmt.Sprintf("  %s\t%d\t%s\t%d\t%s\t%s\t%d\t%s", k.Kind, k.Pending, alarm(k.Overdue), k.Fired, alarm(k.PastLease),
+			alarm(k.Unknown), k.Confirmed, alarm(k.Failed)))
+	}
+	if err := indentTable(w, "  KIND\tPENDING\tOVERDUE\tFIRED\tPAST LEASE\tUNKNOWN\tCONFIRMED\tFAILED", lines, "  none live or recent"); err != nil {
+		return err
+	}
+	id := r.Idempotency
+	_, err := fmt.Fprintf(w, "\nIDEMPOTENCY  in progress %d (past lease %s), completed %d\n", id.InProgress, alarm(id.InProgressPastLease), id.Completed)
+	return err
+}
+
+func counter(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', -1, 64)
+}
+
+func orNone(items []string) string {
+	if len(items) == 0 {
+		return "none"
+	}
+	return strings.Join(items, ", ")
+}
+
+// indentTable is writeTable with a message of its own when empty.
+func indentTable(w io.Writer, header string, rows []string, empty string) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, empty)
+		return err
+	}
+	return writeTable(w, header, rows)
+}

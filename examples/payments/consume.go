@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/sideeffect"
+)
+
+func runConsume(ctx context.Context, cfg *config, _ []string) error {
+	pool, err := cfg.openPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	nc, js, err := cfg.connectNATS()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	consumer, err := newConsumer(ctx, pool, js, cfg, slog.Default())
+	if err != nil {
+		return err
+	}
+	return ignoreCancel(consumer.Run(ctx))
+}
+
+// newConsumer reads PaymentCreated events from the durable "ledger". For
+// each, in the claim's transaction, it writes a ledger entry and records the
+// two side effects; it acks the broker only after that commit. Ordered: an
+// account's payments are applied in the order they were created.
+func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*inbox.Consumer, error) {
+	var src inbox.Source
+	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{
+		Stream: stream, Durable: consumerName, FilterSubjects: []string{subject}, AckWait: cfg.AckWait,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Broken == brokenAckBeforeCommit {
+		src = ackOnReceive{src}
+	}
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	h := inbox.JSON(func(ctx context.Context, tx pgx.Tx, m *inbox.Message, ev PaymentCreated) error {
+		return applyPayment(ctx, tx, ledger, cfg, m, ev)
+	})
+	return inbox.NewConsumer(pool, src, h, &inbox.Config{
+		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
+		Backoff: inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+	})
+}
+
+// applyPayment is the handler: every write rides in tx, the claim's
+// transaction, so it happens once per payment however often the event
+// arrives.
+func applyPayment(ctx context.Context, tx pgx.Tx, ledger *sideeffect.Ledger, cfg *config, m *inbox.Message, ev PaymentCreated) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+cfg.table("ledger_entries")+` (payment_id, event_id, account, seq, amount, attempt, applied_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, ev.PaymentID, m.ID, ev.Account, ev.Seq, ev.Amount, m.Attempt, os.Getpid()); err != nil {
+		return err
+	}
+	capture, err := json.Marshal(map[string]any{"payment_id": ev.PaymentID, "amount": ev.Amount, "currency": ev.Currency})
+	if err != nil {
+		return inbox.Permanent(err)
+	}
+	receipt, err := json.Marshal(map[string]any{"payment_id": ev.PaymentID, "account": ev.Account, "template": "receipt"})
+	if err != nil {
+		return inbox.Permanent(err)
+	}
+	for _, eff := range []sideeffect.Effect{
+		{SourceID: ev.PaymentID, Kind: kindCapture, Payload: capture},
+		{SourceID: ev.PaymentID, Kind: kindReceipt, Payload: receipt},
+	} {
+		if _, err := ledger.Record(ctx, tx, eff); err != nil {
+			return err
+		}
+	}
+	return nil
+}

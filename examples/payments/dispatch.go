@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekit/oncekit/sideeffect"
+	"github.com/oncekit/oncekit/sideeffect/webhook"
+)
+
+func runDispatch(ctx context.Context, cfg *config, _ []string) error {
+	pool, err := cfg.openPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	d, err := newDispatcher(pool, cfg, slog.Default())
+	if err != nil {
+		return err
+	}
+	return ignoreCancel(d.Run(ctx))
+}
+
+// newDispatcher fires both kinds of effect at the provider, each call with
+// the effect's derived key. A dispatcher that dies mid-call leaves a fired
+// row; when its lease expires another retries it with the same key, which
+// the provider honours.
+func newDispatcher(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (*sideeffect.Dispatcher, error) {
+	base := strings.TrimRight(cfg.ProviderURL, "/")
+	providers := map[string]sideeffect.Provider{}
+	for kind, path := range map[string]string{kindCapture: "/capture", kindReceipt: "/email"} {
+		p, err := webhook.New(&webhook.Config{URL: base + path, Timeout: 2 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		providers[kind] = p
+		if cfg.Broken == brokenFreshKey {
+			providers[kind] = freshKey{p}
+		}
+	}
+	return sideeffect.NewDispatcher(pool, providers, &sideeffect.DispatcherConfig{
+		Schema:          cfg.Schema,
+		Concurrency:     16,
+		PollInterval:    50 * time.Millisecond,
+		CallTimeout:     2 * time.Second,
+		Lease:           cfg.Lease,
+		RecoverInterval: time.Second,
+		MinBackoff:      100 * time.Millisecond,
+		MaxBackoff:      2 * time.Second,
+		Logger:          log,
+	})
+}

@@ -1,0 +1,102 @@
+// Command payments is a small payment service built the way oncekit means
+// to be used, one binary with a role per process:
+//
+//	payments setup      create the tables (oncekit's and the service's) and the stream
+//	payments api        POST /payments behind the Idempotency-Key edge (same transaction)
+//	payments relay      publish the outbox to JetStream
+//	payments consume    the ledger consumer: one ledger entry and two side effects per payment
+//	payments dispatch   fire the side effects at the payment provider
+//	payments provider   a fake payment provider that honours idempotency keys
+//	payments demo       every role in one process, a few requests, and an account of each layer
+//
+// Every role reads DATABASE_URL, NATS_URL (a comma-separated list of servers)
+// and PAYMENTS_SCHEMA from the environment; flags override them. The flow:
+//
+//	client ──POST /payments (Idempotency-Key)──► api: payment row + PaymentCreated outbox event, one tx
+//	relay ──► JetStream (Nats-Msg-Id = event ID) ──► consume: ledger entry + provider.capture + receipt.email, one tx
+//	dispatch ──► provider /capture and /email with Idempotency-Key = DeriveKey(payment, kind)
+//
+// Run `payments <role> -h` for a role's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// role is one of the binary's subcommands.
+type role struct {
+	summary string
+	run     func(ctx context.Context, cfg *config, args []string) error
+}
+
+var roles = map[string]role{
+	"setup":    {"create the tables and the stream", runSetup},
+	"api":      {"serve POST /payments behind the Idempotency-Key edge", runAPI},
+	"relay":    {"publish the outbox to JetStream", runRelay},
+	"consume":  {"run the ledger consumer", runConsume},
+	"dispatch": {"fire side effects at the provider", runDispatch},
+	"provider": {"serve the fake payment provider", runProvider},
+	"demo":     {"run every role in one process and tell what each layer did", runDemo},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := dispatchRole(ctx, os.Args[1:], os.Stderr); err != nil {
+		var usage usageError
+		if errors.As(err, &usage) {
+			fmt.Fprintln(os.Stderr, "payments:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		os.Exit(1)
+	}
+}
+
+func dispatchRole(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return usageError("a role is required")
+		}
+		return nil
+	}
+	r, ok := roles[args[0]]
+	if !ok {
+		printUsage(stderr)
+		return usageError(fmt.Sprintf("unknown role %q", args[0]))
+	}
+	cfg, rest, err := parseConfig(args[0], args[1:], stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return usageError(err.Error())
+	}
+	return r.run(ctx, cfg, rest)
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: payments <role> [flags]\n\nroles:")
+	names := make([]string, 0, len(roles))
+	for n := range roles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, roles[n].summary)
+	}
+}
+
+// usageError is a bad command line: exit code 2.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+func runRelay(ctx context.Context, cfg *config, _ []string) error {
+	pool, err := cfg.openPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	nc, _, err := cfg.connectNATS()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	relay, err := newRelay(pool, nc, cfg, slog.Default())
+	if err != nil {
+		return err
+	}
+	return ignoreCancel(relay.Run(ctx))
+}
+
+// newRelay publishes the outbox with Nats-Msg-Id = event ID. Several relay
+// processes share the partitions through leases; a dead one's partitions
+// move to the others when its lease expires.
+func newRelay(pool *pgxpool.Pool, nc *nats.Conn, cfg *config, log *slog.Logger) (*outbox.Relay, error) {
+	pub, err := natsjs.NewPublisher(nc, nil)
+	if err != nil {
+		return nil, err
+	}
+	return outbox.NewRelay(pool, pub, &outbox.RelayConfig{
+		Schema:         cfg.Schema,
+		LeaseTTL:       cfg.Lease,
+		PollInterval:   100 * time.Millisecond,
+		PublishTimeout: 5 * time.Second,
+		RetryInitial:   200 * time.Millisecond,
+		RetryMax:       2 * time.Second,
+		Logger:         log,
+	})
+}

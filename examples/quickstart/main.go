@@ -1,0 +1,232 @@
+// Command quickstart is the README's quickstart as a program: it wires a
+// pool, the migrations, a JetStream stream, the outbox and its relay, an
+// inbox consumer, the side-effect dispatcher and the HTTP edge, in the order
+// a service does, then sends one request twice and shows that the payment,
+// its event and its receipt each happen once.
+//
+// It uses DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres),
+// NATS_URL (default nats://127.0.0.1:4222) and ONCEKIT_SCHEMA (default
+// oncekit).
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/migrations"
+	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/sideeffect"
+)
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer) error {
+	schema := getenv("ONCEKIT_SCHEMA", "oncekit")
+
+	// 1. A pool, and oncekit's tables in their schema.
+	pool, err := pgxpool.New(ctx, getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(ctx, pool, migrations.WithSchema(schema)); err != nil {
+		return fmt.Errorf("migrate (is PostgreSQL up?): %w", err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS quickstart_payments (id uuid PRIMARY KEY, amount int NOT NULL)`); err != nil {
+		return err
+	}
+
+	// 2. A JetStream stream for the events (its dedup window absorbs republished IDs).
+	nc, err := nats.Connect(getenv("NATS_URL", nats.DefaultURL))
+	if err != nil {
+		return fmt.Errorf("connect to NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: "PAYMENTS", Subjects: []string{"payments.>"}}); err != nil {
+		return err
+	}
+
+	// 3. The outbox: events written in the business transaction.
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+
+	// 4. The relay publishes committed events (normally `oncekit relay`).
+	pub, err := natsjs.NewPublisher(nc, nil)
+	if err != nil {
+		return err
+	}
+	relay, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: schema})
+	if err != nil {
+		return err
+	}
+
+	// 5. A consumer that records a receipt email in the same transaction as its claim.
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "PAYMENTS", Durable: "receipts"})
+	if err != nil {
+		return err
+	}
+	consumer, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(
+		func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			_, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: msg.Key, Kind: "email.receipt", Payload: msg.Payload})
+			return err
+		}), &inbox.Config{Name: "receipts", Schema: schema})
+	if err != nil {
+		return err
+	}
+
+	// 6. The dispatcher sends each receipt through its provider, always with the same key.
+	var calls atomic.Int32
+	email := sideeffect.ProviderFunc(func(ctx context.Context, c sideeffect.Call) (string, error) {
+		calls.Add(1)
+		fmt.Fprintf(out, "email provider: receipt for payment %s, Idempotency-Key %s…\n", c.SourceID, c.Key[:16])
+		return "mail-" + c.Key[:8], nil
+	})
+	dispatcher, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{"email.receipt": email},
+		&sideeffect.DispatcherConfig{Schema: schema})
+	if err != nil {
+		return err
+	}
+
+	daemons, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, daemon := range []func(context.Context) error{relay.Run, consumer.Run, dispatcher.Run} {
+		wg.Go(func() {
+			if err := daemon(daemons); err != nil && !errors.Is(err, context.Canceled) {
+				fmt.Fprintln(os.Stderr, "quickstart:", err)
+			}
+		})
+	}
+	defer func() { stop(); wg.Wait() }()
+
+	// 7. The HTTP edge: the payment row, its event and the stored response commit together.
+	edge, err := idempotency.New(pool, &idempotency.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	createPayment, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", createPayment(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.Tx(r)
+		info, _ := idempotency.FromRequest(r)
+		id := info.ID() // derived from the key: the same on every retry
+		if _, err := tx.Exec(r.Context(), `INSERT INTO quickstart_payments (id, amount) VALUES ($1, 100)`, id); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if _, err := ob.Enqueue(r.Context(), tx, broker.Message{
+			ID: oncekit.DeriveID(id.String(), "PaymentCreated"), Subject: "payments.created",
+			Key: id.String(), Payload: fmt.Appendf(nil, `{"payment":%q,"amount":100}`, id),
+		}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q}`, id)
+	})))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	api := &http.Server{Handler: mux}
+	go func() { _ = api.Serve(ln) }()
+	defer api.Close()
+
+	// 8. A client whose first response is lost sends the request again with the same key.
+	key := rand.Text()
+	for _, attempt := range []string{"first", "retry"} {
+		status, replayed, err := post(ctx, "http://"+ln.Addr().String()+"/payments", key)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "POST /payments (%s) → %d Idempotent-Replayed=%q\n", attempt, status, replayed)
+	}
+
+	// 9. Wait for the receipt: confirmed once.
+	payment := idempotency.DeriveID("", key).String()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rows, err := ledger.List(ctx, pool, sideeffect.Filter{Kind: "email.receipt", State: sideeffect.StateConfirmed, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if r.SourceID == payment {
+				fmt.Fprintf(out, "receipt %s: provider called %d time(s), ref %s\n", r.State, calls.Load(), r.ProviderRef)
+				if calls.Load() != 1 {
+					return errors.New("the receipt was not sent exactly once")
+				}
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("receipt not confirmed: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// post sends the payment request with an Idempotency-Key.
+func post(ctx context.Context, url, key string) (status int, replayed string, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(`{"amount":100}`))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.HeaderKey, key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(idempotency.HeaderReplayed), err
+}
+
+func getenv(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,25 @@
+package cfgerr
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	sentinel := errors.New("pkg: invalid config")
+	cause := errors.New("bad name")
+	err := New(sentinel, "pkg: Config.Schema", "%w", cause)
+	if got, want := err.Error(), "pkg: Config.Schema: bad name"; got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, sentinel) || !errors.Is(err, cause) {
+		t.Fatalf("%v wraps neither the sentinel nor the cause", err)
+	}
+	if err := New(sentinel, "pkg: Config.N", "%d is negative", -1); err.Error() != "pkg: Config.N: -1 is negative" || !errors.Is(err, sentinel) {
+		t.Fatalf("got %v", err)
+	}
+	if err := New(sentinel, "pkg: Config.Secret", "%w", errors.New("pkg: bad secret")); err.Error() != "pkg: Config.Secret: bad secret" {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -1,0 +1,337 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/sideeffect"
+)
+
+// The invariants the checker holds the run to, by the names a failed verdict
+// reports.
+const (
+	InvAckedExists     = "acknowledged_payment_exists" // every ok operation's payment exists
+	InvBodyMatches     = "payment_matches_request"     // with the body the client sent under its key
+	InvFailedNotRun    = "failed_request_not_executed" // a definite failure created nothing
+	InvReuseRefused    = "reused_key_not_executed"     // a key reused with another body was refused
+	InvHasRequest      = "payment_has_request"         // no payment the clients never asked for
+	InvLedgerOnce      = "ledger_exactly_once"         // one ledger entry per payment
+	InvEffectOnce      = "effect_executed_once"        // the provider acted once per (payment, kind)
+	InvKeyStable       = "effect_key_stable"           // every call for it carried the derived key
+	InvPublishOrder    = "publish_order"               // the relay published an account's events in outbox order
+	InvOrder           = "per_account_order"           // the consumer applied them in stream order
+	InvEffectsSettled  = "effects_settled"             // nothing pending, fired, unknown or failed
+	InvOutboxDrained   = "outbox_drained"              // nothing unpublished or parked
+	InvEdgeSettled     = "edge_settled"                // no request in progress
+	InvNoDeadLetters   = "no_dead_letters"             // no message given up on
+	InvDriftClean      = "drift_clean"                 // `oncekit drift` exits 0
+	effectKindCapture  = "provider.capture"
+	effectKindReceipt  = "receipt.email"
+	maxExamplesPerRule = 5
+)
+
+// ProviderCall is one call the fake payment provider received, as it
+// reports them on GET /calls.
+type ProviderCall struct {
+	Kind      string    `json:"kind"`
+	Key       string    `json:"key"`
+	PaymentID string    `json:"payment_id"`
+	Executed  bool      `json:"executed"`
+	Outcome   string    `json:"outcome"`
+	At        time.Time `json:"at"`
+}
+
+// Verdict is what the checker found.
+type Verdict struct {
+	Ops, OK, Failed, Unknown, Reused int
+	Payments, LedgerEntries          int
+	ProviderCalls, Executions        int
+	Lost, DuplicateEffects           int
+	MismatchedKeys, OrderViolations  int
+	// Violations holds, per violated invariant, a few examples.
+	Violations map[string][]string
+	violated   map[string]int
+}
+
+// Pass reports whether every invariant held.
+func (v *Verdict) Pass() bool { return len(v.violated) == 0 }
+
+// Violated lists the violated invariants, sorted.
+func (v *Verdict) Violated() []string {
+	names := make([]string, 0, len(v.violated))
+	for n := range v.violated {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (v *Verdict) fail(inv, format string, args ...any) {
+	if v.violated == nil {
+		v.violated, v.Violations = map[string]int{}, map[string][]string{}
+	}
+	v.violated[inv]++
+	if len(v.Violations[inv]) < maxExamplesPerRule {
+		v.Violations[inv] = append(v.Violations[inv], fmt.Sprintf(format, args...))
+	}
+}
+
+type payment struct {
+	account string
+	seq     int64
+	amount  int64
+}
+
+// Check holds the drained system to the history: what clients were told,
+// what the database and the stream hold, and what the provider saw.
+func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, calls []ProviderCall, stream []StreamEvent) (*Verdict, error) {
+	v := &Verdict{Ops: len(ops), ProviderCalls: len(calls)}
+	t := func(name string) string { return `"` + schema + `".` + name }
+
+	payments := map[string]payment{}
+	rows, err := pool.Query(ctx, `SELECT id::text, account, seq, amount FROM `+t("payments"))
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id string
+		var p payment
+		if err := rows.Scan(&id, &p.account, &p.seq, &p.amount); err != nil {
+			return nil, err
+		}
+		payments[id] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	v.Payments = len(payments)
+
+	checkOps(v, ops, payments)
+	if err := checkLedger(ctx, v, pool, t, payments, stream); err != nil {
+		return nil, err
+	}
+	checkProvider(v, calls, payments)
+	if err := checkSettled(ctx, v, pool, schema, t); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// checkOps: acknowledged payments exist with their body, definite failures
+// and reused keys executed nothing, and every payment was asked for.
+func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
+	asked := map[string]bool{}
+	for _, op := range ops {
+		id := idempotency.DeriveID("", op.Key).String()
+		p, exists := payments[id]
+		switch op.Outcome {
+		case OK:
+			v.OK++
+		case Failed:
+			v.Failed++
+		default:
+			v.Unknown++
+		}
+		if op.Reuse {
+			v.Reused++
+			if op.Outcome == OK || (exists && p.amount == op.Amount) {
+				v.fail(InvReuseRefused, "key %s reused with amount %d: HTTP %d, stored amount %d", op.Key, op.Amount, op.Status, p.amount)
+			}
+			continue
+		}
+		asked[id] = true
+		switch {
+		case op.Outcome == OK && !exists:
+			v.Lost++
+			v.fail(InvAckedExists, "key %s acknowledged (HTTP %d) but payment %s does not exist", op.Key, op.Status, id)
+		case op.Outcome == Failed && exists:
+			v.fail(InvFailedNotRun, "key %s failed (HTTP %d) but payment %s exists", op.Key, op.Status, id)
+		case exists && (p.account != op.Account || p.amount != op.Amount):
+			v.fail(InvBodyMatches, "payment %s holds %s/%d, key %s sent %s/%d", id, p.account, p.amount, op.Key, op.Account, op.Amount)
+		}
+	}
+	for id := range payments {
+		if !asked[id] {
+			v.fail(InvHasRequest, "payment %s matches no request", id)
+		}
+	}
+}
+
+// checkLedger: one entry per payment; the relay published each account's
+// events in outbox order ((txid, seq): the order in which the enqueueing
+// transactions began writing); the ordered consumer applied them in stream
+// order (of each event's first copy).
+func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(string) string, payments map[string]payment, stream []StreamEvent) error {
+	outboxPos := map[string]int64{}
+	rows, err := pool.Query(ctx, `SELECT id::text, row_number() OVER (PARTITION BY ordering_key ORDER BY txid, seq) FROM `+t("outbox"))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id string
+		var pos int64
+		if err := rows.Scan(&id, &pos); err != nil {
+			return err
+		}
+		outboxPos[id] = pos
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	streamPos := map[string]int64{}
+	lastOutbox := map[string]int64{}
+	for _, e := range stream {
+		if _, seen := streamPos[e.EventID]; seen {
+			continue // a re-published copy: the first one sets the order
+		}
+		streamPos[e.EventID] = int64(len(streamPos) + 1)
+		pos, ok := outboxPos[e.EventID]
+		if !ok {
+			continue
+		}
+		if pos <= lastOutbox[e.Key] {
+			v.fail(InvPublishOrder, "%s: event #%d in outbox order published (stream seq %d) after #%d", e.Key, pos, e.Seq, lastOutbox[e.Key])
+		}
+		lastOutbox[e.Key] = max(lastOutbox[e.Key], pos)
+	}
+
+	rows, err = pool.Query(ctx, `SELECT payment_id::text, account, event_id::text, attempt, applied_by, applied_at FROM `+t("ledger_entries")+` ORDER BY id`)
+	if err != nil {
+		return err
+	}
+	entries := map[string]int{}
+	lastStream := map[string]int64{}
+	for rows.Next() {
+		var id, account, event string
+		var attempt, pid int
+		var at time.Time
+		if err := rows.Scan(&id, &account, &event, &attempt, &pid, &at); err != nil {
+			return err
+		}
+		v.LedgerEntries++
+		entries[id]++
+		pos, ok := streamPos[event]
+		if !ok {
+			v.fail(InvOrder, "%s: event %s applied but not in the stream", account, event)
+			continue
+		}
+		if pos <= lastStream[account] {
+			v.OrderViolations++
+			v.fail(InvOrder, "%s: event at stream position %d applied after %d (outbox #%d), delivery attempt %d, by pid %d at %s",
+				account, pos, lastStream[account], outboxPos[event], attempt, pid, at.Format("15:04:05.000"))
+		}
+		lastStream[account] = max(lastStream[account], pos)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for id, n := range entries {
+		if _, ok := payments[id]; !ok {
+			v.fail(InvLedgerOnce, "ledger entry for unknown payment %s", id)
+		}
+		if n > 1 {
+			v.DuplicateEffects += n - 1
+			v.fail(InvLedgerOnce, "payment %s has %d ledger entries", id, n)
+		}
+	}
+	for id := range payments {
+		if entries[id] == 0 {
+			v.Lost++
+			v.fail(InvLedgerOnce, "payment %s has no ledger entry", id)
+		}
+	}
+	return nil
+}
+
+// checkProvider: the provider acted once per (payment, kind), and every call
+// for it carried the same, derived key.
+func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment) {
+	type effect struct{ payment, kind string }
+	executed := map[effect]int{}
+	for _, c := range calls {
+		e := effect{c.PaymentID, c.Kind}
+		if c.Executed {
+			v.Executions++
+			executed[e]++
+		}
+		if want := sideeffect.Key(c.PaymentID, c.Kind); c.Key != want {
+			v.MismatchedKeys++
+			v.fail(InvKeyStable, "%s of payment %s called with key %.12s…, derived key %.12s…", c.Kind, c.PaymentID, c.Key, want)
+		}
+		if _, ok := payments[c.PaymentID]; !ok {
+			v.fail(InvEffectOnce, "%s called for unknown payment %s", c.Kind, c.PaymentID)
+		}
+	}
+	for id := range payments {
+		for _, kind := range []string{effectKindCapture, effectKindReceipt} {
+			switch n := executed[effect{id, kind}]; {
+			case n == 0:
+				v.Lost++
+				v.fail(InvEffectOnce, "%s of payment %s never executed", kind, id)
+			case n > 1:
+				v.DuplicateEffects += n - 1
+				v.fail(InvEffectOnce, "%s of payment %s executed %d times", kind, id, n)
+			}
+		}
+	}
+}
+
+// checkSettled: after the drain nothing is left half-way.
+func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, schema string, t func(string) string) error {
+	rows, err := pool.Query(ctx, `SELECT state, count(*) FROM `+t("side_effects")+` WHERE state <> 'confirmed' GROUP BY state`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var state string
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return err
+		}
+		v.fail(InvEffectsSettled, "%d effects %s", n, state)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	backlog, err := ob.Backlog(ctx, pool)
+	if err != nil {
+		return err
+	}
+	var parked, inProgress, dead int
+	if err := pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM `+t("outbox")+` WHERE parked_at IS NOT NULL),
+		(SELECT count(*) FROM `+t("idempotency_keys")+` WHERE state = 'in_progress'),
+		(SELECT count(*) FROM `+t("dead_letters")+`)`).Scan(&parked, &inProgress, &dead); err != nil {
+		return err
+	}
+	if backlog.Pending > 0 || parked > 0 {
+		v.fail(InvOutboxDrained, "%d unpublished, %d parked", backlog.Pending, parked)
+	}
+	if inProgress > 0 {
+		v.fail(InvEdgeSettled, "%d requests in progress", inProgress)
+	}
+	if dead > 0 {
+		v.fail(InvNoDeadLetters, "%d dead letters", dead)
+	}
+	return nil
+}
+
+// Summary is the verdict in one machine-readable line, without the run's
+// fault counts (Run adds them).
+func (v *Verdict) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d",
+		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations)
+	return b.String()
+}

@@ -1,0 +1,129 @@
+package chaos
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Load sends payments to the API processes: each operation under a fresh
+// key, with short client timeouts, retried with the same key and body while
+// the outcome is unknown, and a share of requests reusing the key of an
+// acknowledged payment with a different body.
+type Load struct {
+	// APIs are the base URLs of the API processes; retries move between them.
+	APIs []string
+	// Workers send operations concurrently. Defaults to 6.
+	Workers int
+	// Accounts spreads payments over this many accounts (ordering keys).
+	// Defaults to 16.
+	Accounts int
+	// ReuseShare is the share of operations that reuse a key with another
+	// body. Defaults to 0.05.
+	ReuseShare float64
+	// MaxAttempts bounds the tries per operation. Defaults to 8.
+	MaxAttempts int
+	// MaxOps bounds the operations over the whole run. Defaults to 100,000.
+	MaxOps int
+	// Seed makes the choices repeatable.
+	Seed uint64
+	// History receives every operation.
+	History *History
+}
+
+// Run sends operations until ctx ends or MaxOps is reached.
+func (l *Load) Run(ctx context.Context) {
+	workers := cmp.Or(l.Workers, 6)
+	var ops sync.WaitGroup
+	var n atomic.Int64
+	for w := range workers {
+		ops.Go(func() {
+			rng := rand.New(rand.NewPCG(l.Seed, uint64(w)))
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+			for i := 0; ctx.Err() == nil && n.Add(1) <= int64(cmp.Or(l.MaxOps, 100_000)); i++ {
+				op := l.nextOp(rng, w, i)
+				l.History.Add(l.execute(ctx, client, rng, op))
+			}
+		})
+	}
+	ops.Wait()
+}
+
+func (l *Load) nextOp(rng *rand.Rand, worker, i int) Op {
+	if rng.Float64() < cmp.Or(l.ReuseShare, 0.05) {
+		if prev, ok := l.History.acked(rng.IntN); ok {
+			return Op{Key: prev.Key, Account: prev.Account, Amount: prev.Amount + 1 + rng.Int64N(100), Reuse: true}
+		}
+	}
+	return Op{
+		Key:     fmt.Sprintf("pay-%d-%d-%d", l.Seed, worker, i),
+		Account: fmt.Sprintf("acct-%02d", rng.IntN(cmp.Or(l.Accounts, 16))),
+		Amount:  1 + rng.Int64N(100_000),
+	}
+}
+
+// execute retries op with the same key and body until a definite answer.
+func (l *Load) execute(ctx context.Context, client *http.Client, rng *rand.Rand, op Op) Op {
+	op.Start = time.Now()
+	op.Outcome = Unknown
+	body := fmt.Appendf(nil, `{"account":%q,"amount":%d,"currency":"EUR"}`, op.Account, op.Amount)
+	api := rng.IntN(len(l.APIs))
+	for op.Attempts < cmp.Or(l.MaxAttempts, 8) && ctx.Err() == nil {
+		op.Attempts++
+		// Short client timeouts: some answers arrive after the client gave
+		// up, which is the case retries with the same key exist for.
+		timeout := time.Duration(150+rng.IntN(1500)) * time.Millisecond
+		status, err := post(ctx, client, l.APIs[api%len(l.APIs)]+"/payments", op.Key, body, timeout)
+		op.Status = status
+		switch {
+		case err == nil && status >= 200 && status < 300:
+			op.Outcome = OK
+		case err == nil && status >= 400 && status < 500 && !retryable(status):
+			op.Outcome = Failed
+		}
+		if op.Outcome != Unknown {
+			break
+		}
+		api++ // the next attempt goes to another API process
+		pause := time.Duration(50+rng.IntN(250)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+	op.End = time.Now()
+	return op
+}
+
+// retryable 4xx answers say "not now", not "never".
+func retryable(status int) bool {
+	return status == http.StatusConflict || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout
+}
+
+func post(ctx context.Context, client *http.Client, url, key string, body []byte, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", `"`+key+`"`)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, errors.Join(fmt.Errorf("body of HTTP %d", resp.StatusCode), err)
+	}
+	return resp.StatusCode, nil
+}

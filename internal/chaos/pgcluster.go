@@ -1,0 +1,241 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PGBinEnv names an environment variable that, when set, is the directory
+// holding initdb and pg_ctl. Otherwise the newest /usr/lib/postgresql/*/bin
+// is used, then PATH.
+const PGBinEnv = "ONCEKIT_PG_BIN"
+
+// ErrNoPostgres is returned by StartPG when initdb and pg_ctl cannot be found.
+var ErrNoPostgres = errors.New("chaos: PostgreSQL server binaries (initdb, pg_ctl) not found")
+
+// pgStartTimeout bounds StartPG and Start when ctx has no earlier deadline.
+const pgStartTimeout = 2 * time.Minute
+
+// PG is a throwaway PostgreSQL cluster owned by one chaos run: initdb into a
+// fresh directory, trust authentication, listening only on 127.0.0.1 at its
+// own port, unix sockets in the data directory, fsync on (crash safety is
+// what a run tests), small shared_buffers and max_connections = 200.
+//
+// The data directory lives in its own temp directory (mode 0755, data owned
+// by the postgres user) rather than under the caller's directory, because the
+// server runs as postgres and must be able to reach it, which a 0700 test
+// temp dir forbids; Close removes it. The server log is appended to
+// postgres.log in the caller's directory (the file is opened by this process
+// and inherited by the server, so postgres needs no access to that
+// directory).
+//
+// When this process runs as root, initdb and pg_ctl run as the postgres user
+// through `runuser -u postgres --` (both refuse root); otherwise they run as
+// the current user.
+type PG struct {
+	bin     string
+	base    string
+	data    string
+	logPath string
+	port    int
+
+	closeOnce sync.Once
+}
+
+// StartPG creates and starts a PostgreSQL cluster, its log in dir, and waits
+// until it accepts connections. On error nothing is left running or on disk
+// but the log.
+func StartPG(ctx context.Context, dir string) (*PG, error) {
+	ctx, cancel := context.WithTimeout(ctx, pgStartTimeout)
+	defer cancel()
+	bin, err := pgBinDir()
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.MkdirTemp("", "oncekit-pg-")
+	if err != nil {
+		return nil, err
+	}
+	p := &PG{bin: bin, base: base, data: filepath.Join(base, "data"), logPath: filepath.Join(dir, "postgres.log"), port: ports[0]}
+	if err := p.create(ctx); err != nil {
+		_ = os.RemoveAll(base)
+		return nil, err
+	}
+	if err := p.Start(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// create runs initdb and writes the server settings.
+func (p *PG) create(ctx context.Context) error {
+	if err := os.Chmod(p.base, 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(p.data, 0o700); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		if err := chownToPostgres(p.data); err != nil {
+			return err
+		}
+	}
+	// --no-sync: the run kills processes, not the machine, so the page cache
+	// survives every crash it causes; the server itself runs with fsync on.
+	if err := p.run(ctx, "initdb", "-D", p.data, "-U", "postgres", "--auth=trust",
+		"--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"); err != nil {
+		return err
+	}
+	conf := fmt.Sprintf(`
+# oncekit chaos run
+listen_addresses = '127.0.0.1'
+port = %d
+unix_socket_directories = '%s'
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+shared_buffers = 16MB
+max_connections = 200
+max_wal_size = 256MB
+logging_collector = off
+log_line_prefix = '%%m [%%p] '
+`, p.port, p.data)
+	f, err := os.OpenFile(filepath.Join(p.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(conf); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// chownToPostgres gives dir to the postgres user.
+func chownToPostgres(dir string) error {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return os.Chown(dir, uid, gid)
+}
+
+// pgBinDir finds the directory holding initdb and pg_ctl.
+func pgBinDir() (string, error) {
+	if d := os.Getenv(PGBinEnv); d != "" {
+		return d, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", ErrNoPostgres
+}
+
+// pgMajor reads the version number out of /usr/lib/postgresql/<major>/bin.
+func pgMajor(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// run runs one of the server tools as the postgres user, its output appended
+// to the server log (the server started by pg_ctl inherits that file).
+func (p *PG) run(ctx context.Context, tool string, args ...string) error {
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	path := filepath.Join(p.bin, tool)
+	cmd := exec.CommandContext(ctx, path, args...)
+	if os.Geteuid() == 0 {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
+	}
+	cmd.Dir = p.base // a directory postgres can read
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("chaos: %s %v: %w (see %s)", tool, args, err, p.logPath)
+	}
+	return nil
+}
+
+// URL returns a connection URL for database db on this cluster.
+func (p *PG) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.port, db)
+}
+
+// Addr returns the server's host:port, the target for a PGProxy.
+func (p *PG) Addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
+
+// LogPath returns the server log's path.
+func (p *PG) LogPath() string { return p.logPath }
+
+// CreateDB creates database name.
+func (p *PG) CreateDB(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, p.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+// StopImmediate stops the server with `pg_ctl stop -m immediate`: every
+// backend quits at once without a checkpoint, as in a crash, and the next
+// Start runs crash recovery from the WAL.
+func (p *PG) StopImmediate() error {
+	return p.run(context.Background(), "pg_ctl", "-D", p.data, "-m", "immediate", "-w", "stop")
+}
+
+// Start starts the server (after StopImmediate: through crash recovery) and
+// waits until it accepts connections.
+func (p *PG) Start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, pgStartTimeout)
+	defer cancel()
+	if err := p.run(ctx, "pg_ctl", "-D", p.data, "-w", "-t", "120", "start"); err != nil {
+		return err
+	}
+	return poll(ctx, func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, p.URL("postgres"))
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	})
+}
+
+// Close stops the server at once and removes its data directory. It is safe
+// to call more than once and after a failed start.
+func (p *PG) Close() {
+	p.closeOnce.Do(func() {
+		if _, err := os.Stat(filepath.Join(p.data, "postmaster.pid")); err == nil {
+			_ = p.StopImmediate()
+		}
+		_ = os.RemoveAll(p.base)
+	})
+}

@@ -1,0 +1,474 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options configure a chaos run.
+type Options struct {
+	// Duration is how long load and faults last; the drain follows.
+	Duration time.Duration
+	// Broken names a guarantee the payments example breaks on purpose
+	// (PAYMENTS_BROKEN): ack-before-commit or fresh-provider-key. Empty runs
+	// the real thing.
+	Broken string
+	// Dir holds binaries, data and logs. Defaults to a new temp directory,
+	// removed after a passing run.
+	Dir string
+	// Seed makes the run's choices repeatable (timing is not). Defaults to
+	// the clock.
+	Seed uint64
+	// KillEvery is the mean pause between two SIGKILLs of a role process.
+	// Defaults to 2s.
+	KillEvery time.Duration
+	// Log receives progress lines. Defaults to io.Discard.
+	Log io.Writer
+}
+
+// Result is a run's faults and verdict.
+type Result struct {
+	Verdict *Verdict
+	// Kills counts role processes that died by SIGKILL: sent at random by the
+	// run, or sent to themselves at an armed crash point.
+	Kills, RandomKills, CrashpointKills int
+	NATSNodeKills, PGRestarts           int
+	ConnDrops, CommitDrops              int
+	DriftExit                           int
+	Drained                             bool
+	Dir                                 string
+}
+
+// Line is the run's machine-readable last line.
+func (r *Result) Line() string {
+	verdict := "PASS"
+	if !r.Verdict.Pass() {
+		verdict = "FAIL violated=" + strings.Join(r.Verdict.Violated(), ",")
+	}
+	return fmt.Sprintf("chaos: %s kills=%d random_kills=%d crashpoint_kills=%d nats_node_kills=%d pg_restarts=%d conn_drops=%d commit_drops=%d drift_exit=%d verdict=%s",
+		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.ConnDrops, r.CommitDrops, r.DriftExit, verdict)
+}
+
+// The crash points each role can be armed with on a restart: every named
+// point between two writes of the chain.
+var crashPoints = map[string][]string{
+	"api":      {"idempotency.before-commit"},                            // handler done, response not stored
+	"relay":    {"relay.after-publish"},                                  // published, not marked
+	"consume":  {"inbox.before-commit", "inbox.after-commit"},            // handled, not committed; committed, not acked
+	"dispatch": {"sideeffect.after-fired", "sideeffect.before-complete"}, // fired, not called; called, not confirmed
+}
+
+const schema = "payments"
+
+// Run builds the payments example, starts a three-node JetStream cluster, a
+// PostgreSQL cluster of its own behind a connection-dropping proxy, two
+// processes of every role and the provider, sends load while killing
+// processes, NATS nodes and PostgreSQL, drains, and checks the history.
+func Run(ctx context.Context, opt Options) (res *Result, err error) {
+	log := opt.Log
+	if log == nil {
+		log = io.Discard
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(log, "chaos: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+	if opt.Seed == 0 {
+		opt.Seed = uint64(time.Now().UnixNano())
+	}
+	if opt.Dir == "" {
+		if opt.Dir, err = os.MkdirTemp("", "oncekit-chaos-"); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err == nil && res.Verdict.Pass() {
+				_ = os.RemoveAll(opt.Dir)
+			}
+		}()
+	}
+	if err := os.Chmod(opt.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	res = &Result{Dir: opt.Dir}
+	rng := rand.New(rand.NewPCG(opt.Seed, 1))
+	logf("seed %d, dir %s, duration %s, broken %q", opt.Seed, opt.Dir, opt.Duration, opt.Broken)
+
+	bin, err := build(ctx, opt.Dir)
+	if err != nil {
+		return nil, err
+	}
+	pg, err := StartPG(ctx, opt.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Close()
+	proxy, err := NewPGProxy(pg.Addr())
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
+	cluster, err := StartNATSCluster(ctx, filepath.Join(opt.Dir, "nats"), 3)
+	if err != nil {
+		return nil, err
+	}
+	defer cluster.Close()
+	direct := pg.URL("postgres")
+	proxied := strings.Replace(direct, pg.Addr(), proxy.Addr(), 1)
+	natsURL := strings.Join(cluster.URLs(), ",")
+	logf("postgres %s (proxy %s), nats %s", pg.Addr(), proxy.Addr(), natsURL)
+
+	env := []string{"DATABASE_URL=" + proxied, "NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken}
+	setup := exec.CommandContext(ctx, bin.payments, "setup", "-replicas", "3")
+	setup.Env = append(os.Environ(), "DATABASE_URL="+direct, "NATS_URL="+natsURL, "PAYMENTS_SCHEMA="+schema)
+	if out, err := setup.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("payments setup: %w: %s", err, out)
+	}
+
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	providerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[2])
+	apis := []string{fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+
+	var faulting atomic.Bool
+	faulting.Store(true)
+	var armMu sync.Mutex
+	armRng := rand.New(rand.NewPCG(opt.Seed, 2))
+	// A restarted process is armed with one of its role's crash points
+	// (six restarts in ten), to die there at a random hit.
+	sup, err := NewSupervisor(SupervisorConfig{Dir: opt.Dir, StartEnv: func(name string, start int) []string {
+		points := crashPoints[roleOf(name)]
+		armMu.Lock()
+		defer armMu.Unlock()
+		if start == 1 || !faulting.Load() || len(points) == 0 || armRng.Float64() < 0.4 {
+			return nil
+		}
+		return []string{
+			"ONCEKIT_CRASHPOINT=" + points[armRng.IntN(len(points))],
+			fmt.Sprintf("ONCEKIT_CRASHPOINT_AFTER=%d", 1+armRng.IntN(20)),
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer sup.Stop()
+	procs := []struct {
+		name string
+		args []string
+	}{
+		{"provider", []string{"provider", "-listen", strings.TrimPrefix(providerURL, "http://"), "-fail-rate", "0.05", "-lose-rate", "0.1"}},
+		{"api-1", []string{"api", "-listen", strings.TrimPrefix(apis[0], "http://")}},
+		{"api-2", []string{"api", "-listen", strings.TrimPrefix(apis[1], "http://")}},
+		{"relay-1", []string{"relay"}}, {"relay-2", []string{"relay"}},
+		{"consume-1", []string{"consume"}}, {"consume-2", []string{"consume"}},
+		{"dispatch-1", []string{"dispatch", "-provider", providerURL}}, {"dispatch-2", []string{"dispatch", "-provider", providerURL}},
+	}
+	var killable []string
+	for _, p := range procs {
+		if err := sup.Start(Role{Name: p.name, Path: bin.payments, Args: p.args, Env: env}); err != nil {
+			return nil, err
+		}
+		if p.name != "provider" {
+			killable = append(killable, p.name)
+		}
+	}
+	for _, u := range append([]string{providerURL + "/calls"}, apis[0]+"/healthz", apis[1]+"/healthz") {
+		if err := waitHTTP(ctx, u); err != nil {
+			return nil, fmt.Errorf("%s: %w (logs in %s)", u, err, opt.Dir)
+		}
+	}
+
+	// Load and faults, for Duration.
+	history := &History{}
+	loadCtx, stopLoad := context.WithTimeout(ctx, opt.Duration)
+	defer stopLoad()
+	load := &Load{APIs: apis, Seed: opt.Seed, History: history}
+	var wg sync.WaitGroup
+	wg.Go(func() { load.Run(loadCtx) })
+	proxy.SetCommitDropRate(0.03)
+	wg.Go(func() { res.RandomKills = killLoop(loadCtx, sup, killable, rng, cmpDur(opt.KillEvery, 2*time.Second)) })
+	wg.Go(func() { res.NATSNodeKills = natsLoop(loadCtx, cluster, opt.Duration, opt.Seed, logf) })
+	wg.Go(func() { res.PGRestarts = pgLoop(loadCtx, pg, opt.Duration, logf) })
+	wg.Go(func() { dropLoop(loadCtx, proxy) })
+	wg.Go(func() { progress(loadCtx, history, sup, logf) })
+	wg.Wait()
+	faulting.Store(false)
+	proxy.SetCommitDropRate(0)
+	ps := proxy.Stats()
+	res.ConnDrops, res.CommitDrops = int(ps.Drops), int(ps.CommitDrops)
+	logf("load and faults over: %d operations; draining", len(history.Ops()))
+
+	// Drain: every fault healed, processes restarted without crash points.
+	if err := heal(ctx, cluster, pg); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, direct)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	res.Drained, err = drain(ctx, pool, logf)
+	if err != nil {
+		return nil, err
+	}
+	st := sup.Stats()
+	res.Kills, res.CrashpointKills = st.Kills+st.CrashPoints, st.CrashPoints
+
+	calls, err := providerCalls(ctx, providerURL)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := readStream(ctx, cluster.URLs(), "PAYMENTS")
+	if err != nil {
+		return nil, err
+	}
+	v, err := Check(ctx, pool, schema, history.Ops(), calls, stream)
+	if err != nil {
+		return nil, err
+	}
+	res.Verdict = v
+	var out bytes.Buffer
+	res.DriftExit = runDrift(ctx, bin.oncekit, direct, &out)
+	if res.DriftExit != 0 {
+		v.fail(InvDriftClean, "oncekit drift exited %d:\n%s", res.DriftExit, out.String())
+	}
+	if !v.Pass() {
+		for _, inv := range v.Violated() {
+			for _, ex := range v.Violations[inv] {
+				logf("VIOLATION %s: %s", inv, ex)
+			}
+		}
+		logf("data and logs kept in %s", opt.Dir)
+	}
+	return res, nil
+}
+
+type binaries struct{ payments, oncekit string }
+
+// build compiles the example and the CLI as they would be deployed.
+func build(ctx context.Context, dir string) (binaries, error) {
+	b := binaries{payments: filepath.Join(dir, "payments"), oncekit: filepath.Join(dir, "oncekit")}
+	for out, pkg := range map[string]string{b.payments: "github.com/oncekit/oncekit/examples/payments", b.oncekit: "github.com/oncekit/oncekit/cmd/oncekit"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %w: %s", pkg, err, msg)
+		}
+	}
+	return b, nil
+}
+
+func roleOf(name string) string {
+	role, _, _ := strings.Cut(name, "-")
+	return role
+}
+
+func cmpDur(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// killLoop SIGKILLs a random role process every ~every.
+func killLoop(ctx context.Context, sup *Supervisor, names []string, rng *rand.Rand, every time.Duration) int {
+	kills := 0
+	for sleep(ctx, every/2+time.Duration(rng.Int64N(int64(every)))) {
+		if sup.Kill(names[rng.IntN(len(names))]) == nil {
+			kills++
+		}
+	}
+	return kills
+}
+
+// natsLoop SIGKILLs one NATS node at a time and restarts it, a few times a
+// run: at least once.
+func natsLoop(ctx context.Context, c *NATSCluster, d time.Duration, seed uint64, logf func(string, ...any)) int {
+	every := min(max(d/4, 15*time.Second), 40*time.Second)
+	kills := 0
+	for i := int(seed % 3); sleep(ctx, every*2/3); i = (i + 1) % 3 {
+		if err := c.Kill(i); err != nil {
+			logf("nats kill %d: %v", i, err)
+			continue
+		}
+		kills++
+		logf("nats node %s SIGKILLed", c.ServerName(i))
+		sleep(ctx, 3*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := c.Restart(rctx, i); err != nil {
+			logf("nats restart %d: %v", i, err)
+		}
+		cancel()
+	}
+	return kills
+}
+
+// pgLoop stops PostgreSQL immediately (a crash: no checkpoint, recovery on
+// start) twice a run, at a third and at two thirds.
+func pgLoop(ctx context.Context, pg *PG, d time.Duration, logf func(string, ...any)) int {
+	restarts := 0
+	for range 2 {
+		if !sleep(ctx, d/3) {
+			break
+		}
+		if err := pg.StopImmediate(); err != nil {
+			logf("pg stop: %v", err)
+			continue
+		}
+		logf("postgres stopped -m immediate")
+		sleep(ctx, time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		err := pg.Start(rctx)
+		cancel()
+		if err != nil {
+			logf("pg start: %v", err)
+			continue
+		}
+		restarts++
+	}
+	return restarts
+}
+
+// dropLoop cuts a random PostgreSQL connection every second or so, on top
+// of the COMMITs the proxy cuts.
+func dropLoop(ctx context.Context, p *PGProxy) {
+	for sleep(ctx, 1500*time.Millisecond) {
+		p.DropRandom(1)
+	}
+}
+
+func progress(ctx context.Context, h *History, sup *Supervisor, logf func(string, ...any)) {
+	start := time.Now()
+	for sleep(ctx, 10*time.Second) {
+		st := sup.Stats()
+		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills", time.Since(start).Seconds(), len(h.Ops()), st.Kills, st.CrashPoints)
+	}
+}
+
+// heal brings every NATS node and PostgreSQL back.
+func heal(ctx context.Context, c *NATSCluster, pg *PG) error {
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if conn, err := pgx.Connect(hctx, pg.URL("postgres")); err == nil {
+		_ = conn.Close(hctx)
+	} else if err := pg.Start(hctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	// natsLoop restarts every node it kills; a restarted one catches up.
+	return poll(hctx, c.Healthy)
+}
+
+// drain waits until the chain has caught up: every payment in the ledger,
+// every effect settled, the outbox empty; or until nothing has moved for
+// 30 s (a broken build never catches up), or 5 minutes.
+func drain(ctx context.Context, pool *pgxpool.Pool, logf func(string, ...any)) (bool, error) {
+	const q = `SELECT
+		(SELECT count(*) FROM "` + schema + `".payments),
+		(SELECT count(DISTINCT payment_id) FROM "` + schema + `".ledger_entries),
+		(SELECT count(*) FROM "` + schema + `".side_effects WHERE state = 'confirmed'),
+		(SELECT count(*) FROM "` + schema + `".side_effects WHERE state IN ('pending', 'fired')),
+		(SELECT count(*) FROM "` + schema + `".processed_messages)`
+	deadline := time.Now().Add(5 * time.Minute)
+	var last [5]int64
+	moved := time.Now()
+	for {
+		var now [5]int64
+		err := pool.QueryRow(ctx, q).Scan(&now[0], &now[1], &now[2], &now[3], &now[4])
+		if err == nil {
+			if now[0] == now[1] && now[2] == 2*now[0] && now[3] == 0 {
+				logf("drained: %d payments, %d effects confirmed", now[0], now[2])
+				return true, nil
+			}
+			if now != last {
+				last, moved = now, time.Now()
+			}
+		}
+		if time.Since(moved) > 30*time.Second || time.Now().After(deadline) {
+			logf("not drained: payments=%d in_ledger=%d confirmed=%d pending_or_fired=%d", now[0], now[1], now[2], now[3])
+			return false, nil
+		}
+		if !sleep(ctx, time.Second) {
+			return false, ctx.Err()
+		}
+	}
+}
+
+func waitHTTP(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return fmt.Errorf("not ready: %w", errors.Join(ctx.Err(), err))
+		}
+	}
+}
+
+func providerCalls(ctx context.Context, base string) ([]ProviderCall, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/calls", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("provider calls: %w", err)
+	}
+	defer resp.Body.Close()
+	var calls []ProviderCall
+	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
+		return nil, fmt.Errorf("provider calls: %w", err)
+	}
+	return calls, nil
+}
+
+// runDrift runs `oncekit drift` as an operator would, with the service's
+// expectations, and returns its exit code.
+func runDrift(ctx context.Context, oncekit, url string, out io.Writer) int {
+	payments := `SELECT id FROM "` + schema + `".payments`
+	cmd := exec.CommandContext(ctx, oncekit, "drift", "--database-url", url, "--schema", schema,
+		"--expect", "payment_captured="+effectKindCapture+":"+payments,
+		"--expect", "payment_receipted="+effectKindReceipt+":"+payments,
+		"--rule", `ledger_once=SELECT p.id FROM "`+schema+`".payments p LEFT JOIN "`+schema+`".ledger_entries l ON l.payment_id = p.id GROUP BY p.id HAVING count(l.id) <> 1`)
+	cmd.Stdout, cmd.Stderr = out, out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	if err != nil {
+		fmt.Fprintln(out, err)
+		return -1
+	}
+	return 0
+}

@@ -1,0 +1,89 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker"
+)
+
+// StreamEvent is one message of the stream, in stream order.
+type StreamEvent struct {
+	Seq     uint64
+	EventID string
+	Key     string
+}
+
+// readStream reads every message of the stream in order (an ordered
+// consumer: no durable state, nothing acked), so that the checker can tell
+// whether an order violation came from publishing or from consuming.
+func readStream(ctx context.Context, urls []string, name string) ([]StreamEvent, error) {
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var st jetstream.Stream
+	for {
+		if st, err = js.Stream(ctx, name); err == nil || !sleep(ctx, 200*time.Millisecond) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	var events []StreamEvent
+	for len(events) == 0 || events[len(events)-1].Seq < last {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			events = append(events, StreamEvent{Seq: meta.Sequence.Stream, EventID: eventID(m.Headers()), Key: m.Headers().Get(broker.HeaderKey)})
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if n == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("stream %s: read %d of %d messages: %w", name, len(events), last, ctx.Err())
+		}
+	}
+	return events, nil
+}
+
+func eventID(h nats.Header) string {
+	if id := h.Get(broker.HeaderEventID); id != "" {
+		return id
+	}
+	return h.Get(broker.HeaderMsgID)
+}

@@ -1,0 +1,116 @@
+package oncekittest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/wait"
+	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/sideeffect"
+)
+
+// Timeout bounds every wait of this package.
+const Timeout = time.Minute
+
+// pollEvery is how often a wait looks again.
+const pollEvery = 10 * time.Millisecond
+
+// Start runs run (the Run method of a Relay, Consumer or Dispatcher) in the
+// background until stop is called or the test ends. stop cancels run's
+// context and waits for it to return; an error other than that cancellation
+// fails the test. stop may be called more than once.
+func Start(tb testing.TB, run func(context.Context) error) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			tb.Errorf("oncekittest: Run returned: %v", err)
+		}
+	})
+	tb.Cleanup(stop)
+	return stop
+}
+
+// DrainRelay runs r until ob's outbox holds no unpublished message (parked
+// ones aside), then stops it.
+func DrainRelay(ctx context.Context, tb testing.TB, r *outbox.Relay, db oncekit.Querier, ob *outbox.Outbox) {
+	tb.Helper()
+	defer Start(tb, r.Run)()
+	until(ctx, tb, "the outbox to be published", func(ctx context.Context) (bool, string, error) {
+		b, err := ob.Backlog(ctx, db)
+		return b.Pending == 0, fmt.Sprintf("%d unpublished", b.Pending), err
+	})
+}
+
+// DrainConsumer runs c until its JetStream consumer cons has delivered every
+// message and received every ack (a message waiting for its redelivery counts
+// as not acked), then stops it and returns c's counts. cons is the durable
+// c's source reads: js.Consumer(ctx, stream, durable).
+func DrainConsumer(ctx context.Context, tb testing.TB, c *inbox.Consumer, cons jetstream.Consumer) inbox.Stats {
+	tb.Helper()
+	stop := Start(tb, c.Run)
+	until(ctx, tb, "the consumer to settle every message", func(ctx context.Context) (bool, string, error) {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		return info.NumPending == 0 && info.NumAckPending == 0,
+			fmt.Sprintf("%d not delivered, %d not acked", info.NumPending, info.NumAckPending), nil
+	})
+	stop()
+	return c.Stats()
+}
+
+// DrainDispatcher runs d until no effect of l's ledger is fired and none is
+// pending and due, then stops it. An effect waiting for a later retry (after
+// an indefinite error) is left pending.
+func DrainDispatcher(ctx context.Context, tb testing.TB, d *sideeffect.Dispatcher, db oncekit.Querier, l *sideeffect.Ledger) {
+	tb.Helper()
+	defer Start(tb, d.Run)()
+	until(ctx, tb, "the dispatcher to settle every due effect", func(ctx context.Context) (bool, string, error) {
+		busy := 0
+		for _, state := range []sideeffect.State{sideeffect.StateFired, sideeffect.StatePending} {
+			rows, err := effects(ctx, db, l, sideeffect.Filter{State: state})
+			if err != nil {
+				return false, "", err
+			}
+			for _, r := range rows {
+				if r.State == sideeffect.StateFired || (r.NextAttemptAt != nil && !r.NextAttemptAt.After(time.Now())) {
+					busy++
+				}
+			}
+		}
+		return busy == 0, fmt.Sprintf("%d fired or due", busy), nil
+	})
+}
+
+// until polls cond until it reports done, failing tb with what it waited
+// for and cond's last status after Timeout, or at once on an error.
+func until(ctx context.Context, tb testing.TB, what string, cond func(context.Context) (done bool, status string, err error)) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	for {
+		done, status, err := cond(ctx)
+		if err != nil {
+			tb.Fatalf("oncekittest: waiting for %s: %v", what, err)
+		}
+		if done {
+			return
+		}
+		if !wait.Sleep(ctx, pollEvery) {
+			tb.Fatalf("oncekittest: gave up waiting for %s after %s: %s", what, Timeout, status)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/wait"
+)
+
+// retentionLoop deletes rows published more than Retention ago, in batches of
+// RetentionBatch, every RetentionInterval. It is independent of publishing.
+func (r *Relay) retentionLoop(ctx context.Context) {
+	if r.cfg.Retention < 0 {
+		return
+	}
+	for wait.Sleep(ctx, r.cfg.RetentionInterval) {
+		n, err := r.DeletePublished(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("retention failed", "err", err)
+		}
+		if n > 0 {
+			r.log.Info("retention deleted published rows", "rows", n)
+		}
+	}
+}
+
+// DeletePublished runs one retention pass: it deletes published rows
+// enqueued more than RelayConfig.Retention ago, partition by partition in
+// batches of RetentionBatch, and returns how many. Retention counts from
+// Enqueue (created_at), not from publication: a message published late (after
+// an outage or once unparked) may be deleted sooner after it went out.
+func (r *Relay) DeletePublished(ctx context.Context) (int64, error) {
+	var total int64
+	for p := 0; p < r.cfg.Partitions && ctx.Err() == nil; p++ {
+		for ctx.Err() == nil {
+			var looked, deleted int64
+			if err := r.pool.QueryRow(ctx, r.sql.deleteBatch, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch).
+				Scan(&looked, &deleted); err != nil {
+				return total, err
+			}
+			total += deleted
+			// Done with the partition once its oldest published rows
+			// include one within retention, or there are no more.
+			if deleted < looked || looked < int64(r.cfg.RetentionBatch) {
+				break
+			}
+		}
+	}
+	return total, ctx.Err()
+}
+
+// statsLoop refreshes the gauges, oldest unpublished age and parked count,
+// every StatsInterval, and at once (but no more than once a second) when a
+// partition drains while the last figures showed a backlog: the age falls
+// back to 0 with the backlog, not up to StatsInterval later.
+func (r *Relay) statsLoop(ctx context.Context) {
+	if r.m.reg == nil {
+		return
+	}
+	gap := min(r.cfg.StatsInterval, time.Second)
+	t := time.NewTicker(r.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		last := time.Now()
+		r.refreshStats(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.drained:
+			if !wait.Sleep(ctx, gap-time.Since(last)) {
+				return
+			}
+		}
+	}
+}
+
+// partitionDrained tells the stats loop that a worker published its
+// partition's backlog, when the gauges still show one.
+func (r *Relay) partitionDrained() {
+	if !r.backlogShown.Load() {
+		return
+	}
+	select {
+	case r.drained <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Relay) refreshStats(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var age float64
+	var pending, parked int64
+	if err := pgsql.QueryRowNoJIT(ctx, r.pool, r.sql.oldest, nil, &pending, &age); err == nil {
+		r.m.oldest.Set(age)
+		r.backlogShown.Store(pending > 0)
+	} else if ctx.Err() == nil {
+		r.log.Warn("refreshing the backlog gauge failed", "err", err)
+	}
+	if err := r.pool.QueryRow(ctx, r.sql.parked).Scan(&parked); err == nil {
+		r.m.parked.Set(float64(parked))
+	}
+}

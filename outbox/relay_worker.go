@@ -1,0 +1,431 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/crashpoint"
+)
+
+// worker publishes one partition while its relay holds the lease.
+type worker struct {
+	part       int
+	token      int64
+	validUntil atomic.Int64 // relay clock; no publishing after it
+	lost       atomic.Bool
+	// clean is true while the partition is known to have no held rows, so
+	// that a batch needs no retry lookup. Only this worker writes held rows
+	// of its partition (Unpark and retention never make a row held), so it
+	// stays true until a batch leaves a row unacknowledged. Worker goroutine
+	// only.
+	clean bool
+	// published is true once a batch published rows since the partition
+	// was last found drained. Worker goroutine only.
+	published bool
+	wake      chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+	done      chan struct{}
+}
+
+func newWorker(part int, token int64) *worker {
+	return &worker{part: part, token: token, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) signalStop() { w.stopOnce.Do(func() { close(w.stop) }) }
+
+func (w *worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Errors that end a batch early.
+var (
+	errLeaseLost  = errors.New("outbox: partition lease lost")
+	errBrokerDown = errors.New("outbox: broker unreachable")
+)
+
+// connectedPublisher is implemented by publishers that know whether their
+// broker is reachable (natsjs.Publisher does). When every message of a round
+// fails while the broker is unreachable, the failures are the broker's, not
+// the messages': no attempt is counted.
+type connectedPublisher interface{ Connected() bool }
+
+// runWorker drains the partition whenever poked, until stopped. ctx carries
+// no cancellation: a batch in flight always finishes.
+func (r *Relay) runWorker(ctx context.Context, w *worker) {
+	defer func() {
+		close(w.done)
+		r.workerDone(w)
+	}()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = r.cfg.BrokerBackoffMax
+	bo.MaxElapsedTime = 0
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.wake:
+		}
+		for !w.stopping() {
+			full, err := r.processBatch(ctx, w)
+			if err == nil {
+				bo.Reset()
+				if !full {
+					if w.published {
+						w.published = false
+						r.partitionDrained()
+					}
+					break
+				}
+				continue
+			}
+			if errors.Is(err, errLeaseLost) {
+				w.lost.Store(true)
+				w.signalStop()
+				return
+			}
+			wait := bo.NextBackOff()
+			if errors.Is(err, errBrokerDown) {
+				r.m.failures.WithLabelValues("broker").Inc()
+				r.log.Warn("broker unreachable; backing off", "partition", w.part, "wait", wait, "err", err)
+			} else {
+				r.log.Warn("batch failed; backing off", "partition", w.part, "wait", wait, "err", err)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-w.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
+
+type outboxRow struct {
+	seq      int64
+	attempts int
+	msg      broker.Message
+	created  time.Time
+	retry    bool // a held row read for its retry (behind the cursor)
+	held     bool // held before this batch: parked, backing off or following
+	due      bool // neither parked nor backing off
+	keyHeld  bool // a main row whose key has held rows
+}
+
+// outcome is what became of one row of a batch.
+type outcome uint8
+
+const (
+	notSent outcome = iota // not attempted: its key is blocked, or the lease ran short
+	acked                  // the broker acknowledged it
+	failed                 // the broker refused it: an attempt is counted
+)
+
+// batch is one fetched batch and what became of each row.
+type batch struct {
+	rows    []outboxRow
+	send    []int // rows to attempt, in order
+	outcome []outcome
+	errs    []error // of failed rows
+	lost    bool    // the lease ran short while publishing
+	down    bool    // nothing acknowledged, failures, broker unreachable: record nothing
+}
+
+func (b *batch) set(i int, o outcome, err error) { b.outcome[i], b.errs[i] = o, err }
+
+// processBatch reads, publishes and settles one batch of w's partition. full
+// reports a batch of BatchSize rows (more may be waiting).
+func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err error) {
+	if !r.leaseValid(w) {
+		return false, nil // the lease loop renews it or gives it up
+	}
+	t0 := time.Now()
+	rows, anyHeld, err := r.fetch(ctx, w)
+	if err != nil || len(rows) == 0 {
+		return false, err
+	}
+	t1 := time.Now()
+	full = len(rows) == r.cfg.BatchSize
+	r.m.batch.Observe(float64(len(rows)))
+
+	b := &batch{rows: rows, send: choose(rows), outcome: make([]outcome, len(rows)), errs: make([]error, len(rows))}
+	nwaves := 1
+	if cp, ok := r.pub.(chainPublisher); ok {
+		r.publishChained(ctx, w, cp, b)
+	} else {
+		nwaves = r.publishWaves(ctx, w, b)
+	}
+	if b.down {
+		return false, errBrokerDown
+	}
+	crashpoint.Hit("relay.after-publish")
+	t2 := time.Now()
+	defer func() {
+		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "sent", len(b.send), "waves", nwaves,
+			"fetch", t1.Sub(t0), "publish", t2.Sub(t1), "settle", time.Since(t2))
+	}()
+
+	nfailed, err := r.settle(ctx, w, b)
+	if err != nil {
+		w.clean = false
+		return false, err
+	}
+	w.published = true
+	w.clean = w.clean || !anyHeld
+	for _, o := range b.outcome {
+		if o != acked {
+			w.clean = false // a row was held (or stayed held)
+			break
+		}
+	}
+	now := time.Now()
+	nacked := 0
+	for i, o := range b.outcome {
+		if o == acked {
+			nacked++
+			r.m.lag.Observe(now.Sub(rows[i].created).Seconds())
+		}
+	}
+	r.m.published.Add(float64(nacked))
+	return full && nfailed == 0 && !b.lost && r.leaseValid(w), nil
+}
+
+// choose picks the rows of a batch to attempt, in order. A key is blocked
+// for the rest of the batch from its first row that cannot go: a held row
+// that is not due, or a main row of a key with held rows that were not read
+// for a retry (their first one is not due).
+func choose(rows []outboxRow) []int {
+	send := make([]int, 0, len(rows))
+	var blocked, retried map[string]bool
+	block := func(k string) {
+		if k != "" {
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[k] = true
+		}
+	}
+	for i := range rows {
+		row := &rows[i]
+		k := row.msg.Key
+		switch {
+		case k != "" && blocked[k]:
+			continue
+		case !row.due:
+			block(k)
+			continue
+		case row.retry && k != "":
+			if retried == nil {
+				retried = map[string]bool{}
+			}
+			retried[k] = true
+		case row.keyHeld && !retried[k]:
+			block(k)
+			continue
+		}
+		send = append(send, i)
+	}
+	return send
+}
+
+// chainPublisher is implemented by publishers that can keep per-key order
+// within one batch without a round trip per message (natsjs.Publisher does):
+// msgs[i] is sent only after msgs[prev[i]] was acknowledged, never when it
+// failed.
+type chainPublisher interface {
+	PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result
+}
+
+// publishCtx bounds a publish by PublishTimeout and by the lease: nothing is
+// sent once this relay may no longer hold the partition.
+func (r *Relay) publishCtx(ctx context.Context, w *worker) (context.Context, context.CancelFunc) {
+	left := time.Duration(w.validUntil.Load()) - r.since()
+	return context.WithTimeout(ctx, max(min(r.cfg.PublishTimeout, left), 0))
+}
+
+// publishChained publishes the batch in one round, each key's rows chained.
+func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher, b *batch) {
+	msgs := make([]broker.Message, len(b.send))
+	prev := make([]int, len(b.send))
+	last := make(map[string]int, len(b.send))
+	for j, i := range b.send {
+		msgs[j] = b.rows[i].msg
+		prev[j] = -1
+		if k := msgs[j].Key; k != "" {
+			if p, ok := last[k]; ok {
+				prev[j] = p
+			}
+			last[k] = j
+		}
+	}
+	pctx, cancel := r.publishCtx(ctx, w)
+	results := cp.PublishChain(pctx, msgs, prev)
+	cancel()
+	b.lost = !r.leaseValid(w)
+	skipped := make([]bool, len(results))
+	for j, res := range results {
+		i := b.send[j]
+		switch {
+		case res.Err == nil:
+			b.set(i, acked, nil)
+		case prev[j] >= 0 && (skipped[prev[j]] || results[prev[j]].Err != nil):
+			skipped[j] = true // not attempted: blocked behind its key's failure
+		case b.lost:
+			skipped[j] = true // cut short by the lease: not the message's fault
+		default:
+			b.set(i, failed, res.Err)
+		}
+	}
+	b.down = r.brokerWasDown(b)
+}
+
+// publishWaves is the fallback for publishers without PublishChain: rounds
+// holding at most one row per key, a key's next row sent in the next round.
+func (r *Relay) publishWaves(ctx context.Context, w *worker, b *batch) (nwaves int) {
+	blocked := map[string]bool{}
+	for _, wave := range waves(b.rows, b.send) {
+		round := make([]int, 0, len(wave))
+		for _, i := range wave {
+			if k := b.rows[i].msg.Key; k == "" || !blocked[k] {
+				round = append(round, i)
+			}
+		}
+		if len(round) == 0 {
+			continue
+		}
+		if !r.leaseValid(w) {
+			b.lost = true // publish nothing more; settle what was acked
+			break
+		}
+		nwaves++
+		msgs := make([]broker.Message, len(round))
+		for j, i := range round {
+			msgs[j] = b.rows[i].msg
+		}
+		pctx, cancel := r.publishCtx(ctx, w)
+		results := r.pub.Publish(pctx, msgs)
+		cancel()
+		okInRound := 0
+		for j, res := range results {
+			i := round[j]
+			if res.Err == nil {
+				b.set(i, acked, nil)
+				okInRound++
+				continue
+			}
+			b.set(i, failed, res.Err)
+			if k := b.rows[i].msg.Key; k != "" {
+				blocked[k] = true // the rest of this key waits for the retry
+			}
+		}
+		if okInRound == 0 && r.brokerWasDown(b) {
+			b.down = true
+			break
+		}
+	}
+	return nwaves
+}
+
+// brokerWasDown reports a batch in which nothing was acknowledged and
+// something failed while the broker is unreachable: the failures are the
+// broker's, and nothing of the batch is recorded.
+func (r *Relay) brokerWasDown(b *batch) bool {
+	nfailed := 0
+	for _, o := range b.outcome {
+		switch o {
+		case acked:
+			return false
+		case failed:
+			nfailed++
+		}
+	}
+	return nfailed > 0 && r.brokerDown()
+}
+
+func (r *Relay) leaseValid(w *worker) bool {
+	return int64(r.since()) < w.validUntil.Load()
+}
+
+func (r *Relay) brokerDown() bool {
+	cp, ok := r.pub.(connectedPublisher)
+	return ok && !cp.Connected()
+}
+
+// fetch reads a batch of w's partition; anyHeld reports held rows in the
+// partition when the retry lookup ran (false otherwise).
+func (r *Relay) fetch(ctx context.Context, w *worker) (out []outboxRow, anyHeld bool, err error) {
+	stmt := r.sql.fetch
+	if w.clean {
+		stmt = r.sql.fetchMain
+	}
+	rows, err := r.pool.Query(ctx, stmt, w.part, r.cfg.NodeID, w.token, r.cfg.BatchSize)
+	if err != nil {
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
+	}
+	defer rows.Close()
+	out = make([]outboxRow, 0, r.cfg.BatchSize)
+	var headers []byte // reused: only decoded, never kept
+	for rows.Next() {
+		out = append(out, outboxRow{})
+		row := &out[len(out)-1]
+		headers = headers[:0]
+		// The ID is scanned as its 16 bytes: through uuid.UUID's
+		// sql.Scanner pgx would format it as text and parse it back.
+		if err := rows.Scan(&row.retry, &row.seq, (*[16]byte)(&row.msg.ID), &row.msg.Key, &row.msg.Subject, &row.msg.Payload,
+			&headers, &row.created, &row.attempts, &row.held, &row.due, &row.keyHeld, &anyHeld); err != nil {
+			return nil, false, fmt.Errorf("outbox: fetch: %w", err)
+		}
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &row.msg.Headers); err != nil {
+				return nil, false, fmt.Errorf("outbox: row %d: headers: %w", row.seq, err)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
+	}
+	return out, anyHeld, nil
+}
+
+// waves splits the rows to send (indexes into rows, in commit order) into
+// publish rounds holding at most one row per ordering key, so that a key's
+// next message is sent only after the previous one was acknowledged. Rows
+// without a key all go in the first round.
+func waves(rows []outboxRow, send []int) [][]int {
+	var out [][]int
+	depth := map[string]int{}
+	for _, i := range send {
+		k, d := rows[i].msg.Key, 0
+		if k != "" {
+			d = depth[k]
+			depth[k] = d + 1
+		}
+		if d == len(out) {
+			out = append(out, nil)
+		}
+		out[d] = append(out[d], i)
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+package webhook_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/sideeffect"
+	"github.com/oncekit/oncekit/sideeffect/webhook"
+)
+
+// rawServer answers 200 to every request and hands over each request's
+// header lines exactly as they came over the wire (name casing included).
+func rawServer(t *testing.T) (url string, requests <-chan []string, count *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	ch := make(chan []string, 16)
+	count = &atomic.Int32{}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := textproto.NewReader(bufio.NewReader(conn))
+				for {
+					if _, err := r.ReadLine(); err != nil { // request line
+						return
+					}
+					var lines []string
+					length := 0
+					for {
+						l, err := r.ReadLine()
+						if err != nil {
+							return
+						}
+						if l == "" {
+							break
+						}
+						lines = append(lines, l)
+						if name, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(name, "Content-Length") {
+							length, _ = strconv.Atoi(strings.TrimSpace(v))
+						}
+					}
+					if _, err := io.CopyN(io.Discard, r.R, int64(length)); err != nil {
+						return
+					}
+					count.Add(1)
+					ch <- lines
+					if _, err := io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/hook", ch, count
+}
+
+// Each preset sends the effect's key in its provider's header, spelled as
+// the provider documents it, plus webhook-id; no other key header.
+func TestKeyPresetsOnTheWire(t *testing.T) {
+	t.Parallel()
+	key := oncekit.DeriveKey("payment-1", "charge")
+	for _, tc := range []struct {
+		preset webhook.KeyPreset
+		line   string // the key's header line, as sent; "" for webhook-id alone
+	}{
+		{webhook.KeyPreset{}, "Idempotency-Key: " + key},
+		{webhook.DefaultKey, "Idempotency-Key: " + key},
+		{webhook.Stripe, "Idempotency-Key: " + key},
+		{webhook.PayPal, "PayPal-Request-Id: " + key},
+		{webhook.Twilio, "I-Twilio-Idempotency-Token: " + key},
+		{webhook.Adyen, "Idempotency-Key: " + key},
+		{webhook.StandardWebhooks, ""},
+	} {
+		t.Run(tc.preset.Provider, func(t *testing.T) {
+			t.Parallel()
+			url, requests, _ := rawServer(t)
+			p, err := webhook.New(&webhook.Config{URL: url, Key: tc.preset})
+			require.NoError(t, err)
+			_, err = p.Call(context.Background(), sideeffect.Call{ID: 1, Key: key, Kind: "charge", Payload: []byte(`{}`), Attempt: 1})
+			require.NoError(t, err)
+			lines := <-requests
+			require.Contains(t, lines, "webhook-id: "+key, "every request carries webhook-id")
+			var keyLines []string
+			for _, l := range lines {
+				if strings.Contains(l, key) {
+					keyLines = append(keyLines, l)
+				}
+			}
+			want := []string{"webhook-id: " + key}
+			if tc.line != "" {
+				want = append(want, tc.line)
+			}
+			require.ElementsMatch(t, want, keyLines, "the key travels in exactly these headers")
+		})
+	}
+}
+
+// A key past the provider's documented limit fails the call as definite,
+// before any request; one at the limit goes through.
+func TestKeyPresetLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		preset webhook.KeyPreset
+		max    int
+	}{
+		{webhook.Stripe, 255},
+		{webhook.PayPal, 108},
+		{webhook.Adyen, 64},
+	} {
+		t.Run(tc.preset.Provider, func(t *testing.T) {
+			t.Parallel()
+			url, requests, count := rawServer(t)
+			p, err := webhook.New(&webhook.Config{URL: url, Key: tc.preset})
+			require.NoError(t, err)
+			call := func(key string) error {
+				_, err := p.Call(context.Background(), sideeffect.Call{ID: 1, Key: key, Kind: "charge", Payload: []byte(`{}`), Attempt: 1})
+				return err
+			}
+			require.NoError(t, call(strings.Repeat("a", tc.max)))
+			<-requests
+			err = call(strings.Repeat("a", tc.max+1))
+			require.ErrorIs(t, err, webhook.ErrKeyTooLong)
+			require.True(t, sideeffect.IsDefinite(err), "the provider would refuse it: no retry")
+			require.EqualValues(t, 1, count.Load(), "nothing was sent for the long key")
+			require.LessOrEqual(t, len(oncekit.DeriveKey("x")), tc.max, "oncekit's derived keys fit")
+		})
+	}
+	_, err := webhook.New(&webhook.Config{URL: "http://127.0.0.1:1", Key: webhook.KeyPreset{Header: "Bad Header"}})
+	require.Error(t, err)
+}
