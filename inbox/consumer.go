@@ -245,6 +245,7 @@ func (c *Consumer) work(ctx context.Context, f feed) {
 			var held []*item
 			batch, held = c.gate.admit(pctx, batch)
 			c.heldBack.Add(int64(len(held)))
+			c.warnHeldLong(held)
 			lane.hold(held)
 			if len(batch) == 0 {
 				continue
@@ -316,6 +317,8 @@ type item struct {
 
 	holds     int       // ordered: times held back
 	notBefore time.Time // ordered: held back until then
+	heldSince time.Time // ordered: first held back
+	warnedAt  time.Time // ordered: last logged as held long
 }
 
 func (c *Consumer) decode(d Delivery) *item {

@@ -14,6 +14,10 @@ const (
 	holdMax   = 200 * time.Millisecond
 )
 
+// heldLong is how long a message waits behind an earlier one of its key
+// before the consumer says so in its log (and again at this interval).
+const heldLong = 30 * time.Second
+
 // orderedLane is one lane of ordered mode: its messages in sequence order
 // (a redelivery goes back before the later messages that overtook it). A
 // message held back waits in place until its time, and the later messages
@@ -172,4 +176,23 @@ func (l *orderedLane) takeLocked(max int, now time.Time) (out []*item, wake time
 		l.signal() // more may be ready for the next call
 	}
 	return out, wake
+}
+
+// warnHeldLong logs the held messages that have waited heldLong behind an
+// earlier message of their key, naming the one they wait on: an ordered
+// consumer that stops making progress says why.
+func (c *Consumer) warnHeldLong(held []*item) {
+	now := time.Now()
+	for _, it := range held {
+		if it.heldSince.IsZero() {
+			it.heldSince = now
+		}
+		if now.Sub(it.heldSince) < heldLong || now.Sub(it.warnedAt) < heldLong {
+			continue
+		}
+		it.warnedAt = now
+		c.log.Warn("inbox ordered: message held back behind an earlier message of its key",
+			"seq", it.seq, "key", it.key, "held_for", now.Sub(it.heldSince).Round(time.Second),
+			"waits_on", c.gate.firstPending(it.key), "holds", it.holds)
+	}
 }

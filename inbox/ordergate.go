@@ -197,6 +197,18 @@ func (g *orderGate) forgetLocked(seq uint64) {
 	}
 }
 
+// firstPending describes, for a log line, the earliest pending message of
+// key (seq 0: none) and the ack floor as last read.
+func (g *orderGate) firstPending(key string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	first := uint64(0)
+	if seqs := g.keys[key]; len(seqs) > 0 {
+		first = seqs[0]
+	}
+	return fmt.Sprintf("seq %d (ack floor %d, read %s ago)", first, g.floor, time.Since(g.floorAt).Round(time.Second))
+}
+
 func (g *orderGate) floorAge() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()

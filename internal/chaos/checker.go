@@ -25,6 +25,7 @@ const (
 	InvLedgerOnce      = "ledger_exactly_once"         // one ledger entry per payment
 	InvEffectOnce      = "effect_executed_once"        // the provider acted once per (payment, kind)
 	InvKeyStable       = "effect_key_stable"           // every call for it carried the derived key
+	InvInStream        = "published_in_stream"         // every event the outbox marked published is in the stream
 	InvPublishOrder    = "publish_order"               // the relay published an account's events in outbox order
 	InvOrder           = "per_account_order"           // the consumer applied them in stream order
 	InvEffectsSettled  = "effects_settled"             // nothing pending, fired, unknown or failed
@@ -200,6 +201,13 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 			v.fail(InvPublishOrder, "%s: event #%d in outbox order published (stream seq %d) after #%d", e.Key, pos, e.Seq, lastOutbox[e.Key])
 		}
 		lastOutbox[e.Key] = max(lastOutbox[e.Key], pos)
+	}
+	// A published event missing from the stream was lost between the
+	// relay's publish acknowledgement and the reader: the broker's layer.
+	for id := range outboxPos {
+		if _, ok := streamPos[id]; !ok {
+			v.fail(InvInStream, "outbox event %s is not in the stream", id)
+		}
 	}
 
 	rows, err = pool.Query(ctx, `SELECT payment_id::text, account, event_id::text, attempt, applied_by, applied_at FROM `+t("ledger_entries")+` ORDER BY id`)

@@ -246,13 +246,16 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	var out bytes.Buffer
 	res.DriftExit = runDrift(ctx, bin.oncekit, direct, &out)
 	if res.DriftExit != 0 {
-		v.fail(InvDriftClean, "oncekit drift exited %d:\n%s", res.DriftExit, out.String())
+		v.fail(InvDriftClean, "oncekit drift exited %d:\n%s", res.DriftExit, headLines(out.String(), 40))
 	}
 	if !v.Pass() {
 		for _, inv := range v.Violated() {
 			for _, ex := range v.Violations[inv] {
 				logf("VIOLATION %s: %s", inv, ex)
 			}
+		}
+		if !res.Drained {
+			diagnose(ctx, cluster.URLs(), opt.Dir, logf)
 		}
 		logf("data and logs kept in %s", opt.Dir)
 	}
