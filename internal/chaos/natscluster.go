@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,13 +15,15 @@ import (
 )
 
 // NATSServerEnv names an environment variable that, when set, is the path of
-// the nats-server binary StartNATSCluster runs. Otherwise nats-server is
-// looked up in PATH, then at /usr/sbin/nats-server.
+// the nats-server binary StartNATSCluster runs. Otherwise it builds the
+// nats-server of the version go.mod requires (the one the in-process tests
+// run), not whatever older server the machine has installed: an R3 stream
+// on nats-server 2.9.10 (Debian 12's package) was seen to lose its dedup
+// state and its durable's acks across node kills (docs/proof.md).
 const NATSServerEnv = "ONCEKIT_NATS_SERVER"
 
-// ErrNoNATSServer is returned by StartNATSCluster when no nats-server binary
-// can be found.
-var ErrNoNATSServer = errors.New("chaos: nats-server binary not found")
+// natsServerPkg is the nats-server main package, built at go.mod's version.
+const natsServerPkg = "github.com/nats-io/nats-server/v2"
 
 // natsStartTimeout bounds StartNATSCluster and Restart when ctx has no
 // earlier deadline.
@@ -92,7 +93,7 @@ func StartNATSCluster(ctx context.Context, dir string, n int) (*NATSCluster, err
 	if n < 1 {
 		return nil, fmt.Errorf("chaos: a NATS cluster needs at least one node, got %d", n)
 	}
-	bin, err := natsServerPath()
+	bin, err := natsServerPath(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -160,18 +161,30 @@ cluster {
 `, n.name, n.clientPort, n.httpPort, storeDir, n.clusterPort, strings.Join(quoted, ", "))
 }
 
-// natsServerPath finds the nats-server binary.
-func natsServerPath() (string, error) {
+// natsServerPath returns the nats-server binary to run: NATSServerEnv's,
+// or one built into dir at the version go.mod requires.
+func natsServerPath(ctx context.Context, dir string) (string, error) {
 	if p := os.Getenv(NATSServerEnv); p != "" {
 		return p, nil
 	}
-	if p, err := exec.LookPath("nats-server"); err == nil {
-		return p, nil
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
-	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
-		return "/usr/sbin/nats-server", nil
+	bin := filepath.Join(dir, "nats-server")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, natsServerPkg).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("chaos: go build %s: %w: %s", natsServerPkg, err, out)
 	}
-	return "", ErrNoNATSServer
+	return bin, nil
+}
+
+// NATSServerVersion returns what the cluster's nats-server says of its
+// version.
+func (c *NATSCluster) NATSServerVersion() string {
+	out, err := exec.Command(c.bin, "--version").Output()
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // URLs returns the client URL of every node, in node order.

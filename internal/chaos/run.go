@@ -130,7 +130,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	direct := pg.URL("postgres")
 	proxied := strings.Replace(direct, pg.Addr(), proxy.Addr(), 1)
 	natsURL := strings.Join(cluster.URLs(), ",")
-	logf("postgres %s (proxy %s), nats %s", pg.Addr(), proxy.Addr(), natsURL)
+	logf("postgres %s (proxy %s), nats %s (%s)", pg.Addr(), proxy.Addr(), natsURL, cluster.NATSServerVersion())
 
 	env := []string{"DATABASE_URL=" + proxied, "NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken}
 	setup := exec.CommandContext(ctx, bin.payments, "setup", "-replicas", "3")
