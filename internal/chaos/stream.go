@@ -35,12 +35,18 @@ func readStream(ctx context.Context, urls []string, name string) ([]StreamEvent,
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var st jetstream.Stream
+	// A cluster that has just healed may still be electing leaders: a read
+	// that fails is tried again from the start, until the timeout.
 	for {
-		if st, err = js.Stream(ctx, name); err == nil || !sleep(ctx, 200*time.Millisecond) {
-			break
+		events, err := readStreamOnce(ctx, js, name)
+		if err == nil || !sleep(ctx, 500*time.Millisecond) {
+			return events, err
 		}
 	}
+}
+
+func readStreamOnce(ctx context.Context, js jetstream.JetStream, name string) ([]StreamEvent, error) {
+	st, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
 	}
