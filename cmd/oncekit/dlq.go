@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
 )
 
@@ -23,7 +22,9 @@ const dlqUsage = `dlq <subcommand> [flags] [ID...]
 subcommands:
   list                 pending dead letters (--all includes replayed ones)
   show ID              one dead letter with its payload and headers
-  replay ID...         republish to JetStream with the original ID (Nats-Msg-Id) and mark replayed
+  replay ID...         republish with the original ID to the broker the consumer reads and mark
+                       replayed: NATS JetStream (default; Nats-Msg-Id), or --broker rabbitmq
+                       (--amqp-url) or --broker redis (--redis-url), through broker/wmbroker
   purge                delete dead letters: --id, --older-than, --replayed or --all
 
 flags go before the IDs`
@@ -32,8 +33,10 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "dlq", dlqUsage)
 	var db dbFlags
 	var nf natsFlags
+	var rf replayFlags
 	db.register(fs, e)
 	nf.register(fs, e)
+	rf.register(fs, e, &nf)
 	consumer := fs.String("consumer", "", "only this consumer's dead letters")
 	all := fs.Bool("all", false, "list: include replayed; purge: delete every selected row")
 	limit := fs.Int("limit", 100, "list: at most this many rows")
@@ -67,6 +70,11 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	}
 	if (sub == "show" || sub == "replay") && len(ids) == 0 {
 		return usagef("dlq %s: at least one dead letter ID is required", sub)
+	}
+	if sub == "replay" {
+		if err := rf.validate(); err != nil {
+			return err
+		}
 	}
 	if sub == "purge" && *id == 0 && *olderThan == 0 && !*replayed && !*all {
 		return usagef("dlq purge: say what to delete: --id, --older-than, --replayed or --all")
@@ -113,15 +121,11 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	case "replay":
-		nc, err := nf.connect("oncekit dlq")
+		pub, closePub, err := rf.open(ctx)
 		if err != nil {
 			return err
 		}
-		defer nc.Close()
-		pub, err := natsjs.NewPublisher(nc, nil)
-		if err != nil {
-			return err
-		}
+		defer closePub()
 		var failed error
 		for _, n := range ids {
 			dl, err := store.Replay(ctx, pool, pub, n, inbox.ReplayOptions{AssignID: *assignID})
@@ -129,7 +133,7 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 				failed = errors.Join(failed, fmt.Errorf("dead letter %d: %w", n, err))
 				continue
 			}
-			fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s\n", dl.ID, orDash(dl.MessageID), dl.Subject)
+			fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s on %s\n", dl.ID, orDash(dl.MessageID), dl.Subject, brokerName(rf.broker))
 		}
 		return failed
 	default: // purge
