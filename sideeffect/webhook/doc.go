@@ -5,7 +5,8 @@
 // Every request carries the effect's idempotency key twice, in the header
 // of Config.Key (Idempotency-Key by default, per the IETF httpapi draft; the
 // presets Stripe, PayPal, Twilio, Adyen and StandardWebhooks follow each
-// provider's header and length limit) and as webhook-id, and is signed per
+// provider's header and length limit; a key a preset does not take fails
+// the call with a *KeyError before any request) and as webhook-id, and is signed per
 // the Standard Webhooks convention (https://www.standardwebhooks.com):
 //
 //	webhook-id:        the idempotency key (the same on every attempt)

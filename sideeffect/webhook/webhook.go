@@ -43,8 +43,9 @@ type Config struct {
 	// Header holds extra request headers (e.g. Authorization).
 	Header http.Header
 	// Key is the receiver's idempotency-key convention: the header that
-	// carries the key and its length limit (Stripe, PayPal, Twilio, Adyen,
-	// StandardWebhooks). Defaults to DefaultKey: Idempotency-Key, no limit.
+	// carries the key, its length limit and the characters it takes
+	// (Stripe, PayPal, Twilio, Adyen, StandardWebhooks). Defaults to
+	// DefaultKey: Idempotency-Key, no limit.
 	// Every request carries the key as webhook-id too.
 	Key KeyPreset
 	// KeysIgnored declares that the receiver does NOT dedup on the key
@@ -202,9 +203,9 @@ func (e *StatusError) Error() string {
 // Call posts the payload, signed, with the effect's key. See the package
 // documentation for how answers are classified.
 func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) {
-	if p.cfg.Key.MaxLen > 0 && len(c.Key) > p.cfg.Key.MaxLen {
-		return "", sideeffect.Definite(fmt.Errorf("%w: %s takes at most %d characters, the key has %d",
-			ErrKeyTooLong, p.cfg.Key.Provider, p.cfg.Key.MaxLen, len(c.Key)))
+	key, err := p.cfg.Key.headerKey(c.Key)
+	if err != nil {
+		return "", sideeffect.Definite(err) // the receiver would refuse it: nothing is sent
 	}
 	now := time.Now()
 	// A context of the caller's that ends sooner already bounds the call:
@@ -225,7 +226,7 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 	ts := strconv.FormatInt(now.Unix(), 10)
 	// Canonical keys written directly (no per-call canonicalisation), the
 	// values sharing one backing array.
-	vals := [...]string{p.cfg.ContentType, c.Key, c.Key, ts, "", c.Kind, strconv.Itoa(c.Attempt)}
+	vals := [...]string{p.cfg.ContentType, key, c.Key, ts, "", c.Kind, strconv.Itoa(c.Attempt)}
 	h := make(http.Header, len(p.cfg.Header)+len(vals)+len(c.Trace))
 	for k, vs := range p.cfg.Header {
 		h[k] = vs
