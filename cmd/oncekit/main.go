@@ -106,5 +106,7 @@ func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "\nRun `oncekit <command> -h` for a command's flags. Common environment:\n"+
 		"  DATABASE_URL    PostgreSQL connection string\n"+
 		"  NATS_URL        NATS server URL\n"+
+		"  AMQP_URL        RabbitMQ URL (dlq replay --broker rabbitmq)\n"+
+		"  REDIS_URL       Redis URL (dlq replay --broker redis)\n"+
 		"  ONCEKIT_SCHEMA  schema of oncekit's tables (default oncekit)")
 }
