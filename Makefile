@@ -36,9 +36,10 @@ demo: ## the payments example end to end on the local services, then `oncekit dr
 
 DURATION ?= 2m
 BROKEN   ?=
+RATE     ?=
 
-chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…)
-	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN))
+chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…, RATE=requests/s)
+	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE))
 
 BENCH_COUNT ?= 3
 BENCH_NOTE  ?=

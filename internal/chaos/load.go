@@ -33,6 +33,10 @@ type Load struct {
 	MaxAttempts int
 	// MaxOps bounds the operations over the whole run. Defaults to 100,000.
 	MaxOps int
+	// Rate paces the operations started per second, over all workers, so
+	// that a long run spreads its MaxOps over its whole duration. Zero: as
+	// fast as the workers go.
+	Rate float64
 	// Seed makes the choices repeatable.
 	Seed uint64
 	// History receives every operation.
@@ -44,11 +48,24 @@ func (l *Load) Run(ctx context.Context) {
 	workers := cmp.Or(l.Workers, 6)
 	var ops sync.WaitGroup
 	var n atomic.Int64
+	var tick <-chan time.Time
+	if l.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / l.Rate))
+		defer t.Stop()
+		tick = t.C
+	}
 	for w := range workers {
 		ops.Go(func() {
 			rng := rand.New(rand.NewPCG(l.Seed, uint64(w)))
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 			for i := 0; ctx.Err() == nil && n.Add(1) <= int64(cmp.Or(l.MaxOps, 100_000)); i++ {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-ctx.Done():
+						return
+					}
+				}
 				op := l.nextOp(rng, w, i)
 				l.History.Add(l.execute(ctx, client, rng, op))
 			}

@@ -38,6 +38,9 @@ type Options struct {
 	// KillEvery is the mean pause between two SIGKILLs of a role process.
 	// Defaults to 2s.
 	KillEvery time.Duration
+	// Rate paces the load's operations per second (zero: as fast as its
+	// clients go, up to 100,000 operations in all).
+	Rate float64
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
@@ -198,7 +201,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	history := &History{}
 	loadCtx, stopLoad := context.WithTimeout(ctx, opt.Duration)
 	defer stopLoad()
-	load := &Load{APIs: apis, Seed: opt.Seed, History: history}
+	load := &Load{APIs: apis, Seed: opt.Seed, History: history, Rate: opt.Rate}
 	var wg sync.WaitGroup
 	wg.Go(func() { load.Run(loadCtx) })
 	proxy.SetCommitDropRate(0.03)

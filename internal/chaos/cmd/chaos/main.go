@@ -26,6 +26,7 @@ func main() {
 	broken := fs.String("broken", "", "break a guarantee on purpose: ack-before-commit or fresh-provider-key")
 	dir := fs.String("dir", "", "directory for binaries, data and logs (default: a temp dir, removed after a PASS)")
 	seed := fs.Uint64("seed", 0, "seed of the run's random choices (default: the clock)")
+	rate := fs.Float64("rate", 0, "requests started per second (default: as fast as the clients go, up to 100,000 in all)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -35,13 +36,17 @@ func main() {
 		fmt.Fprintf(os.Stderr, "chaos: --broken %q: want ack-before-commit or fresh-provider-key\n", *broken)
 		os.Exit(2)
 	}
+	if *rate < 0 {
+		fmt.Fprintln(os.Stderr, "chaos: --rate must not be negative")
+		os.Exit(2)
+	}
 	if *duration < 10*time.Second {
 		fmt.Fprintln(os.Stderr, "chaos: --duration must be at least 10s")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Log: os.Stderr})
+	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Rate: *rate, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: the run could not be carried out:", err)
 		os.Exit(3)
