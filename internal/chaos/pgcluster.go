@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,6 +52,14 @@ type PG struct {
 	port    int
 
 	closeOnce sync.Once
+	keep      atomic.Bool // Close leaves the data directory
+}
+
+// Keep makes Close leave the data directory for a post-mortem, and returns
+// its path.
+func (p *PG) Keep() string {
+	p.keep.Store(true)
+	return p.data
 }
 
 // StartPG creates and starts a PostgreSQL cluster, its log in dir, and waits
@@ -236,6 +245,8 @@ func (p *PG) Close() {
 		if _, err := os.Stat(filepath.Join(p.data, "postmaster.pid")); err == nil {
 			_ = p.StopImmediate()
 		}
-		_ = os.RemoveAll(p.base)
+		if !p.keep.Load() {
+			_ = os.RemoveAll(p.base)
+		}
 	})
 }

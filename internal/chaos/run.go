@@ -120,6 +120,11 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 		return nil, err
 	}
 	defer pg.Close()
+	defer func() {
+		if err != nil || !res.Verdict.Pass() {
+			logf("postgres data kept in %s", pg.Keep())
+		}
+	}()
 	proxy, err := NewPGProxy(pg.Addr())
 	if err != nil {
 		return nil, err

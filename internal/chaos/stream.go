@@ -24,35 +24,36 @@ type StreamEvent struct {
 // consumer: no durable state, nothing acked), so that the checker can tell
 // whether an order violation came from publishing or from consuming.
 func readStream(ctx context.Context, urls []string, name string) ([]StreamEvent, error) {
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(5*time.Second))
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	// A cluster that has just healed may still be electing leaders: a read
-	// that fails is tried again from the start, until the timeout.
+	// that fails is tried again from the start, on a new connection (which
+	// may land on another node), until the timeout.
 	for {
-		events, err := readStreamOnce(ctx, js, name)
+		events, err := readStreamOnce(ctx, urls, name)
 		if err == nil || !sleep(ctx, 500*time.Millisecond) {
 			return events, err
 		}
 	}
 }
 
-func readStreamOnce(ctx context.Context, js jetstream.JetStream, name string) ([]StreamEvent, error) {
+func readStreamOnce(ctx context.Context, urls []string, name string) ([]StreamEvent, error) {
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("read stream %s: connect: %w", name, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", name, err)
+		return nil, fmt.Errorf("read stream %s: via %s: %w", name, nc.ConnectedUrlRedacted(), err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read stream %s: info via %s: %w", name, nc.ConnectedUrlRedacted(), err)
 	}
 	last := info.State.LastSeq
 	if info.State.Msgs == 0 {
@@ -60,13 +61,13 @@ func readStreamOnce(ctx context.Context, js jetstream.JetStream, name string) ([
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read stream %s: ordered consumer via %s: %w", name, nc.ConnectedUrlRedacted(), err)
 	}
 	var events []StreamEvent
 	for len(events) == 0 || events[len(events)-1].Seq < last {
 		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("read stream %s: fetch after %d messages via %s: %w", name, len(events), nc.ConnectedUrlRedacted(), err)
 		}
 		n := 0
 		for m := range batch.Messages() {
