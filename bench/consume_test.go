@@ -153,6 +153,11 @@ type consumeEnv struct {
 	app    string
 	nats   *testenv.NATS
 	stream string
+	ownDB  bool // db was made for this run: close drops it
+	// retention is the consumer's Config.Retention (0: its default); a
+	// run on tables filled with old claims sets -1, so that the consumer's
+	// own retention does not delete them while it is timed.
+	retention time.Duration
 }
 
 func newConsumeEnv(b *testing.B, n int) *consumeEnv {
@@ -164,8 +169,18 @@ func newConsumeEnv(b *testing.B, n int) *consumeEnv {
 // ordering keys at random (none when keys is 0).
 func newKeyedConsumeEnv(b *testing.B, n, keys int) *consumeEnv {
 	b.Helper()
+	env := newConsumeEnvOn(b, testenv.NewDB(b), n, keys)
+	env.ownDB = true
+	return env
+}
+
+// newConsumeEnvOn is newKeyedConsumeEnv on the tables of db, which may
+// already hold claims (an empty bench_effects is made for the run): a stream
+// and a pool of its own. close leaves db as it is.
+func newConsumeEnvOn(b *testing.B, db *testenv.DB, n, keys int) *consumeEnv {
+	b.Helper()
 	ctx := context.Background()
-	env := &consumeEnv{n: n, db: testenv.NewDB(b), nats: testenv.NewNATS(b), stream: "consume_" + uuid.NewString()[:8]}
+	env := &consumeEnv{n: n, db: db, nats: testenv.NewNATS(b), stream: "consume_" + uuid.NewString()[:8]}
 	env.app = "oncekit_consume_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg, err := pgxpool.ParseConfig(env.db.URL)
 	if err != nil {
@@ -183,7 +198,8 @@ func newKeyedConsumeEnv(b *testing.B, n, keys int) *consumeEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(env.pool.Close)
-	if _, err := env.db.Pool.Exec(ctx, `CREATE TABLE bench_effects (message_id uuid NOT NULL, payload bytea NOT NULL)`); err != nil {
+	if _, err := env.db.Pool.Exec(ctx, `DROP TABLE IF EXISTS bench_effects;
+		CREATE TABLE bench_effects (message_id uuid NOT NULL, payload bytea NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := natsjs.EnsureStream(ctx, env.nats.JS, natsjs.StreamConfig{Name: env.stream, Subjects: []string{env.stream}}); err != nil {
@@ -216,7 +232,9 @@ func newKeyedConsumeEnv(b *testing.B, n, keys int) *consumeEnv {
 // an idle server and tables it no longer uses.
 func (env *consumeEnv) close() {
 	env.pool.Close()
-	env.db.Close()
+	if env.ownDB {
+		env.db.Close()
+	}
 	env.nats.Close()
 }
 
@@ -258,7 +276,7 @@ func (env *consumeEnv) runOncekit(b *testing.B, batch int, noClaim, queued bool)
 	defer src.Close()
 	c, err := inbox.NewConsumer(env.pool, src, effectHandler(queued), &inbox.Config{
 		Name: "bench", Schema: env.db.Schema, Concurrency: consumeConcurrency, BatchSize: batch,
-		DisableClaim: noClaim, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DisableClaim: noClaim, Retention: env.retention, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		b.Fatal(err)

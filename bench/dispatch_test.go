@@ -77,51 +77,7 @@ func benchDispatch(b *testing.B, n, conc int, payload []byte, noHTTP bool) {
 		b.StopTimer()
 		db := testenv.NewDB(b)
 		srv := newDispatchProvider(b)
-		ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.Schema})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx := context.Background()
-		const perTx = 1000
-		for done := 0; done < n; done += perTx {
-			err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-				for i := done; i < min(done+perTx, n); i++ {
-					if _, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: fmt.Sprintf("order-%d", i), Kind: "order.paid", Payload: payload}); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-		var p sideeffect.Provider
-		p, err = webhook.New(&webhook.Config{URL: srv.URL, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", MaxConns: conc})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if noHTTP {
-			p = sideeffect.ProviderFunc(func(context.Context, sideeffect.Call) (string, error) {
-				srv.calls.Add(1)
-				srv.effects.Add(1)
-				return "r1", nil
-			})
-		}
-		reg := prometheus.NewRegistry()
-		// The dispatcher's own pool, named so its backends' CPU can be read.
-		app := "oncekit_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		pool, err := pgxpool.New(ctx, db.URL+"&application_name="+app)
-		if err != nil {
-			b.Fatal(err)
-		}
-		d, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{"order.paid": p}, &sideeffect.DispatcherConfig{
-			Schema: db.Schema, Concurrency: conc, Registerer: reg,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		from := recordEffects(b, db, "order", n, payload)
 		// The bare rate of this provider, measured just before and again
 		// just after, so the ratio compares the same load on a shared
 		// machine: the mean of the two cancels drift across the pass, and
@@ -133,58 +89,145 @@ func benchDispatch(b *testing.B, n, conc int, payload []byte, noHTTP bool) {
 			defer bareSrv.release()
 			return bareHTTP(b, bareSrv, n, conc, payload)
 		}
+		before := func() {}
 		if !noHTTP {
-			bare = bareRate()
+			before = func() { bare = bareRate() }
 		}
-		rctx, cancel := context.WithCancel(ctx)
-		stopped := make(chan struct{})
-		if err := pool.Ping(ctx); err != nil {
-			b.Fatal(err)
-		}
-		pg0, pgOK := backendCPU(ctx, db.Pool, app)
-		cpu0 := processCPU()
-		b.StartTimer()
-		i0, t0 := idleTicks()
-		start := time.Now()
-		go func() { defer close(stopped); _ = d.Run(rctx) }()
-		// Poll cheaply: the provider's counter until every effect arrived,
-		// then the confirmed count (a few queries at the very end).
-		for srv.effects.Load() < int64(n) {
-			time.Sleep(time.Millisecond)
-		}
-		for confirmedCount(reg) < float64(n) {
-			time.Sleep(time.Millisecond)
-		}
-		elapsed := time.Since(start)
-		i1, t1 := idleTicks()
-		b.ReportMetric(100*float64(i1-i0)/float64(t1-t0), "idle%")
-		b.StopTimer()
-		cpu1 := processCPU()
-		pg1, pgOK1 := backendCPU(ctx, db.Pool, app)
-		cancel()
-		<-stopped
-		pool.Close()
+		pass := dispatchEffects(b, db, srv, from, n, conc, noHTTP, before)
+		b.ReportMetric(pass.idle, "idle%")
 		// CPU per effect explains the ratio on a shared machine: the Go
 		// process (HTTP client and server, dispatcher) and PostgreSQL.
-		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "go-cpu-µs/effect")
-		if pgOK && pgOK1 {
-			b.ReportMetric(float64((pg1-pg0).Microseconds())/float64(n), "pg-cpu-µs/effect")
-		}
-		var confirmed int
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM side_effects WHERE state = 'confirmed'`).Scan(&confirmed); err != nil {
-			b.Fatal(err)
-		}
-		if confirmed != n || srv.effects.Load() != int64(n) || srv.calls.Load() != int64(n) {
-			b.Fatalf("confirmed %d, provider effects %d calls %d, want %d", confirmed, srv.effects.Load(), srv.calls.Load(), n)
+		b.ReportMetric(float64(pass.cpu.Microseconds())/float64(n), "go-cpu-µs/effect")
+		if pass.pgCPU > 0 {
+			b.ReportMetric(float64(pass.pgCPU.Microseconds())/float64(n), "pg-cpu-µs/effect")
 		}
 		srv.release()
-		rate := float64(n) / elapsed.Seconds()
+		rate := float64(n) / pass.elapsed.Seconds()
 		b.ReportMetric(rate, "effects/s")
 		if bare > 0 {
 			bare = (bare + bareRate()) / 2
 			b.ReportMetric(rate/bare, "x-bare")
 		}
 	}
+}
+
+// recordEffects records n "order.paid" effects with source IDs prefix-1 …
+// prefix-n, 1000 per transaction, and returns the largest effect ID before
+// them (the new rows are those above it).
+func recordEffects(b *testing.B, db *testenv.DB, prefix string, n int, payload []byte) (from int64) {
+	b.Helper()
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.Schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM side_effects`).Scan(&from); err != nil {
+		b.Fatal(err)
+	}
+	const perTx = 1000
+	for done := 0; done < n; done += perTx {
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			for i := done; i < min(done+perTx, n); i++ {
+				if _, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: fmt.Sprintf("%s-%d", prefix, i), Kind: "order.paid", Payload: payload}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return from
+}
+
+// dispatchPass is one timed dispatcher pass: its wall time, the machine's
+// idle share meanwhile, and the CPU of this process and of the dispatcher's
+// PostgreSQL backends (0 when not local).
+type dispatchPass struct {
+	elapsed    time.Duration
+	idle       float64
+	cpu, pgCPU time.Duration
+}
+
+// dispatchEffects runs a dispatcher on db, with the benchmark timer running,
+// until the n effects recorded after ID from are confirmed by srv (or, with
+// noHTTP, by an in-process provider), and checks that each was called once.
+// before runs just before the pass, untimed.
+func dispatchEffects(b *testing.B, db *testenv.DB, srv *dispatchProvider, from int64, n, conc int, noHTTP bool, before func()) dispatchPass {
+	b.Helper()
+	b.StopTimer()
+	ctx := context.Background()
+	var p sideeffect.Provider
+	p, err := webhook.New(&webhook.Config{URL: srv.URL, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", MaxConns: conc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if noHTTP {
+		p = sideeffect.ProviderFunc(func(context.Context, sideeffect.Call) (string, error) {
+			srv.calls.Add(1)
+			srv.effects.Add(1)
+			return "r1", nil
+		})
+	}
+	reg := prometheus.NewRegistry()
+	// The dispatcher's own pool, named so its backends' CPU can be read.
+	app := "oncekit_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	pool, err := pgxpool.New(ctx, db.URL+"&application_name="+app)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{"order.paid": p}, &sideeffect.DispatcherConfig{
+		Schema: db.Schema, Concurrency: conc, Registerer: reg, Retention: -1, // tables filled with old effects keep them
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	before()
+	calls0, effects0 := srv.calls.Load(), srv.effects.Load()
+	rctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	if err := pool.Ping(ctx); err != nil {
+		b.Fatal(err)
+	}
+	pg0, pgOK := backendCPU(ctx, db.Pool, app)
+	cpu0 := processCPU()
+	b.StartTimer()
+	i0, t0 := idleTicks()
+	start := time.Now()
+	go func() { defer close(stopped); _ = d.Run(rctx) }()
+	// Poll cheaply: the provider's counter until every effect arrived,
+	// then the confirmed count (a few queries at the very end).
+	for srv.effects.Load()-effects0 < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	for confirmedCount(reg) < float64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	var pass dispatchPass
+	pass.elapsed = time.Since(start)
+	i1, t1 := idleTicks()
+	pass.idle = 100 * float64(i1-i0) / float64(t1-t0)
+	b.StopTimer()
+	pass.cpu = processCPU() - cpu0
+	pg1, pgOK1 := backendCPU(ctx, db.Pool, app)
+	if pgOK && pgOK1 {
+		pass.pgCPU = pg1 - pg0
+	}
+	cancel()
+	<-stopped
+	pool.Close()
+	var confirmed int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM side_effects WHERE id > $1 AND state = 'confirmed'`, from).Scan(&confirmed); err != nil {
+		b.Fatal(err)
+	}
+	calls, effects := srv.calls.Load()-calls0, srv.effects.Load()-effects0
+	if confirmed != n || effects != int64(n) || calls != int64(n) {
+		b.Fatalf("confirmed %d, provider effects %d calls %d, want %d", confirmed, effects, calls, n)
+	}
+	b.StartTimer()
+	return pass
 }
 
 // bareHTTP posts n requests to srv from conc goroutines through the same

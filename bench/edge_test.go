@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,15 +64,33 @@ type edgeEnv struct {
 	client         *http.Client
 	mwURL, bareURL string
 	trips          atomic.Int64
+	closers        []func()
+	closeOnce      sync.Once
+}
+
+// close releases the env's servers, client and pool now rather than when
+// the benchmark ends; it is idempotent.
+func (env *edgeEnv) close() {
+	env.closeOnce.Do(func() {
+		for _, c := range slices.Backward(env.closers) {
+			c()
+		}
+	})
 }
 
 func newEdgeEnv(b *testing.B, conc int) *edgeEnv {
+	return newEdgeEnvOn(b, testenv.NewDB(b), conc)
+}
+
+// newEdgeEnvOn is newEdgeEnv on the tables of db, which may already hold
+// records: servers and a pool of its own, released when the benchmark ends.
+func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int) *edgeEnv {
 	ctx := context.Background()
-	db := testenv.NewDB(b)
-	if _, err := db.Pool.Exec(ctx, `CREATE TABLE bench_payments (id uuid PRIMARY KEY, amount bigint NOT NULL)`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_payments (id uuid PRIMARY KEY, amount bigint NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
 	env := &edgeEnv{}
+	b.Cleanup(env.close)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		b.Fatal(err)
@@ -83,7 +101,7 @@ func newEdgeEnv(b *testing.B, conc int) *edgeEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(pool.Close)
+	env.closers = append(env.closers, pool.Close)
 	edge, err := idempotency.New(pool, &idempotency.Config{Schema: db.Schema})
 	if err != nil {
 		b.Fatal(err)
@@ -126,11 +144,10 @@ func newEdgeEnv(b *testing.B, conc int) *edgeEnv {
 		fmt.Fprintf(w, body, id)
 	})
 	mwSrv, bareSrv := httptest.NewServer(wrapped), httptest.NewServer(bare)
-	b.Cleanup(mwSrv.Close)
-	b.Cleanup(bareSrv.Close)
+	env.closers = append(env.closers, mwSrv.Close, bareSrv.Close)
 	env.mwURL, env.bareURL = mwSrv.URL, bareSrv.URL
 	env.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
-	b.Cleanup(env.client.CloseIdleConnections)
+	env.closers = append(env.closers, env.client.CloseIdleConnections)
 	// Warm connections and statement caches on both sides.
 	warm := uuid.NewString()
 	env.run(b, 4*conc, conc, env.mwURL, func(j int) string { return warm + strconv.Itoa(j) })
@@ -185,17 +202,24 @@ func (env *edgeEnv) run(b *testing.B, n, conc int, url string, key func(int) str
 // measure runs one measurement and reports it.
 func (env *edgeEnv) measure(b *testing.B, n, conc int, url string, key func(int) string) {
 	trips := env.trips.Load()
-	start := time.Now()
-	lat := env.run(b, n, conc, url, key)
-	elapsed := time.Since(start)
+	f := env.timed(b, n, conc, url, key)
 	trips = env.trips.Load() - trips
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	ms := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "req/s")
-	b.ReportMetric(ms(0.50), "p50-ms")
-	b.ReportMetric(ms(0.99), "p99-ms")
+	b.ReportMetric(f.rate(), "req/s")
+	b.ReportMetric(f.pct(0.50), "p50-ms")
+	b.ReportMetric(f.pct(0.99), "p99-ms")
 	b.ReportMetric(float64(trips)/float64(n), "pg-rt/req")
 	b.ReportMetric(0, "ns/op")
+}
+
+// timed sends n requests from conc clients and returns the figure.
+func (env *edgeEnv) timed(b *testing.B, n, conc int, url string, key func(int) string) figure {
+	start := time.Now()
+	lat := env.run(b, n, conc, url, key)
+	f := figure{units: n, elapsed: time.Since(start), lat: make([]float64, len(lat))}
+	for i, d := range lat {
+		f.lat[i] = float64(d) / float64(time.Millisecond)
+	}
+	return f
 }
 
 func edgeEnvInt(name string, def int) int {

@@ -63,7 +63,14 @@ func (w *relayWorld) relayBackendCPU() (cpu time.Duration, ok bool) {
 
 func newRelayWorld(b *testing.B) *relayWorld {
 	b.Helper()
-	w := &relayWorld{db: testenv.NewDB(b), nats: testenv.NewNATS(b)}
+	return newRelayWorldOn(b, testenv.NewDB(b))
+}
+
+// newRelayWorldOn is newRelayWorld on the tables of db, which may already
+// hold rows: a stream and a pool of its own.
+func newRelayWorldOn(b *testing.B, db *testenv.DB) *relayWorld {
+	b.Helper()
+	w := &relayWorld{db: db, nats: testenv.NewNATS(b)}
 	name := testenv.Name(b)
 	w.subject = name + ".ev"
 	var err error

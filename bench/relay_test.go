@@ -295,7 +295,13 @@ func relayLatency(b *testing.B, rate, secs int, notify bool) {
 }
 
 func relayLatencyOnce(b *testing.B, rate, secs int, notify bool) []float64 {
-	w := newRelayWorld(b)
+	return relayLatencyOn(b, newRelayWorld(b), rate, secs, notify)
+}
+
+// relayLatencyOn runs a relay on w and commits rate events/s, one per
+// transaction, for secs seconds, and returns each event's commit → JetStream
+// store time in milliseconds (the first second left out as warm-up).
+func relayLatencyOn(b *testing.B, w *relayWorld, rate, secs int, notify bool) []float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ob, err := outbox.New(&outbox.Config{Schema: w.db.Schema, Notify: notify})
