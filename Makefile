@@ -5,7 +5,7 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: help test test-short quickstart demo chaos bench results build vet fuzz clean
+.PHONY: help test test-short quickstart demo chaos bench bench-scale results build vet fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,9 +47,19 @@ BENCH_NOTE  ?=
 bench: ## benchmarks against watermill and the raw limits (BENCH_COUNT runs each, 3 unless set); writes bench/RESULTS.md
 	{ echo "date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "nproc: $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"; \
 	  echo "go: $$($(GO) env GOVERSION)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; } > bench.txt
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 90m . | tee -a ../bench.txt
+	cd bench && $(GO) test -run '^$$' -bench . -skip Scale -benchtime 1x -count $(BENCH_COUNT) -timeout 90m . | tee -a ../bench.txt
 	echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >> bench.txt
 	$(MAKE) --no-print-directory results
+
+SCALE_ROWS  ?= 0,1000000,10000000
+SCALE_COUNT ?= 1
+
+bench-scale: ## each hot path's rate at SCALE_ROWS retained rows, retention under load, daemons' peak RSS; adds a section to bench/RESULTS.md
+	{ echo "date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "nproc: $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"; \
+	  echo "go: $$($(GO) env GOVERSION)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; } > bench-scale.txt
+	cd bench && ONCEKIT_SCALE_ROWS=$(SCALE_ROWS) $(GO) test -run '^$$' -bench Scale -benchtime 1x -count $(SCALE_COUNT) -timeout 300m . | tee -a ../bench-scale.txt
+	echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >> bench-scale.txt
+	cd bench && $(GO) run ./cmd/benchsum -scale -results RESULTS.md -note "$(BENCH_NOTE)" < ../bench-scale.txt
 
 results: ## bench-summary.txt and bench/RESULTS.md from the last bench.txt (BENCH_NOTE adds a sentence)
 	cd bench && $(GO) run ./cmd/benchsum -results RESULTS.md -note "$(BENCH_NOTE)" < ../bench.txt | tee ../bench-summary.txt
@@ -66,4 +76,4 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./sideeffect/webhook/
 
 clean: ## remove build output
-	rm -rf bin bench.txt bench-summary.txt
+	rm -rf bin bench.txt bench-summary.txt bench-scale.txt

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// The fills below write the rows a long-running deployment retains, in
+// bulk with generate_series, as they would look when retention comes for
+// them: every row is past its table's retention (so the retention runs can
+// delete the same rows the hot paths were measured against), in the states
+// and with the key shapes production leaves. Row g of a fill is the g-th
+// oldest; timestamps grow with g.
+
+// fillOutbox adds events from through to-1: 256-byte payloads, ten events
+// per ordering key, partitioned by key, enqueued 24–48 hours ago
+// (publishOutbox then makes them published).
+const fillOutbox = `
+INSERT INTO outbox (id, partition, ordering_key, subject, payload, created_at)
+SELECT gen_random_uuid(), abs(hashtext('key-' || g / 10)) % 16, 'key-' || g / 10, 'scale.history',
+	decode(repeat(md5(g::text), 8), 'hex'), now() - interval '48 hours' + g * (interval '24 hours' / $2)
+FROM generate_series($1::bigint, $2::bigint - 1) g`
+
+// publishOutbox moves every relay partition's cursor past the last row, so
+// that the rows fillOutbox wrote are published history.
+const publishOutbox = `
+INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+SELECT p, l.txid, l.seq FROM generate_series(0, 15) p,
+	(SELECT txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1) l
+ON CONFLICT (partition) DO UPDATE SET cursor_txid = excluded.cursor_txid, cursor_seq = excluded.cursor_seq`
+
+// fillClaims adds the claims of consumer "bench" (the benchmark consumer's
+// name), random message IDs as event IDs are (derived IDs are hashes),
+// processed 7–14 days ago.
+const fillClaims = `
+INSERT INTO processed_messages (consumer, message_id, processed_at)
+SELECT 'bench', gen_random_uuid(), now() - interval '14 days' + g * (interval '7 days' / $2)
+FROM generate_series($1::bigint, $2::bigint - 1) g`
+
+// fillEffects adds settled effects over three kinds recorded 30–60 days ago:
+// 99% confirmed, 1% failed, one in 10,000 unknown (those wait in the due
+// index at 'infinity', as the dispatcher leaves them). Keys are derived as
+// DeriveKey derives them (64 hex characters of a hash).
+const fillEffects = `
+INSERT INTO side_effects (source_id, kind, payload, idempotency_key, state, attempts, next_attempt_at,
+	provider_ref, created_at, fired_at, confirmed_at, updated_at)
+SELECT 'hist-' || g, k.kind, decode(repeat(md5(g::text), 8), 'hex'),
+	encode(sha256(convert_to('hist-' || g || '/' || k.kind, 'UTF8')), 'hex'),
+	s.state, 1, CASE s.state WHEN 'unknown' THEN 'infinity'::timestamptz END,
+	CASE s.state WHEN 'confirmed' THEN 'ref-' || g END, t.at, t.at, CASE s.state WHEN 'confirmed' THEN t.at END, t.at
+FROM generate_series($1::bigint, $2::bigint - 1) g,
+	LATERAL (SELECT (ARRAY['order.paid', 'email.receipt', 'sms.send'])[1 + g % 3] AS kind) k,
+	LATERAL (SELECT CASE WHEN g % 10000 = 7 THEN 'unknown' WHEN g % 100 = 3 THEN 'failed' ELSE 'confirmed' END AS state) s,
+	LATERAL (SELECT now() - interval '60 days' + g * (interval '30 days' / $2) AS at) t`
+
+// fillKeys adds completed edge records over three operations, the keys
+// UUIDs as clients usually send, with a stored JSON response; they expired
+// within the last day (retention deletes a completed record once expired).
+const fillKeys = `
+INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, status_code, response_headers,
+	response_body, created_at, completed_at, expires_at)
+SELECT '', (ARRAY['bench-create', 'refund', 'capture'])[1 + g % 3], gen_random_uuid()::text,
+	sha256(convert_to(g::text, 'UTF8')), 'completed', 201,
+	'{"Content-Type": ["application/json"]}', convert_to('{"id":"' || md5(g::text) || '","amount":100,"currency":"EUR"}', 'UTF8'),
+	t.at - interval '24 hours', t.at - interval '24 hours', t.at
+FROM generate_series($1::bigint, $2::bigint - 1) g,
+	LATERAL (SELECT now() - interval '25 hours' + g * (interval '24 hours' / $2) AS at) t`
+
+// fill adds rows from through to-1 with the fill statement sql, then runs
+// the statements after (no parameters). The table's
+// indexes and key constraints are dropped first and built again after, as a
+// bulk load does (far faster than maintaining a random-key B-tree row by
+// row), and the table is then vacuumed and analyzed, as autovacuum would
+// leave it.
+func fill(b *testing.B, db *testenv.DB, table, sql string, from, to int, after ...string) {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET maintenance_work_mem = '256MB'; SET synchronous_commit = off`); err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Exec(ctx, `RESET maintenance_work_mem; RESET synchronous_commit`) //nolint:errcheck
+	// Constraints first (their indexes go with them), then the other indexes.
+	rows, err := conn.Query(ctx, `
+		SELECT format('ALTER TABLE %I DROP CONSTRAINT %I', $1::text, conname),
+			format('ALTER TABLE %I ADD CONSTRAINT %I %s', $1::text, conname, pg_get_constraintdef(oid))
+		FROM pg_constraint WHERE conrelid = $1::regclass AND contype IN ('p', 'u')
+		UNION ALL
+		SELECT format('DROP INDEX %I', c.relname), pg_get_indexdef(i.indexrelid)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = $1::regclass AND NOT EXISTS (SELECT FROM pg_constraint k WHERE k.conindid = i.indexrelid)`, table)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type ddl struct{ Drop, Add string }
+	defs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ddl])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range defs {
+		if _, err := conn.Exec(ctx, d.Drop); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, sql, from, to); err != nil {
+		b.Fatalf("fill %s: %v", table, err)
+	}
+	for _, d := range defs {
+		if _, err := conn.Exec(ctx, d.Add); err != nil {
+			b.Fatalf("%s: %v", d.Add, err)
+		}
+	}
+	for _, q := range after {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %s", pgx.Identifier{table}.Sanitize())); err != nil {
+		b.Fatal(err)
+	}
+}

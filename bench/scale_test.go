@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"cmp"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// BenchmarkScale measures how each hot path's cost grows with the rows its
+// table retains: for every table (outbox, processed_messages, side_effects,
+// idempotency_keys) it fills one schema, in bulk, to each row count of
+// ONCEKIT_SCALE_ROWS in turn (default 0,1000000,10000000; see the fill
+// statements), and at each count runs every hot path of that table twice in
+// a row: on a fresh empty schema, then on the filled one. Lines are
+// BenchmarkScale/<path>/rows=<count>, with the path's rate (or latency) on
+// the filled tables and x-empty, its rate over the paired empty run's
+// (p99-x-empty for latencies). Then, on the largest fill, the table's
+// retention deletes the whole backlog while its first hot path runs paced
+// at 80% of its empty rate (BenchmarkScale/<table>-retention/rows=<count>:
+// deleted rows/s, and the hot path's rate and p99 during the deletion over
+// the same paced run just before it without retention).
+//
+// ONCEKIT_SCALE_N (default 20,000) is the messages of one relay or consumer
+// measurement, a quarter of it the effects or requests of one dispatcher or
+// edge measurement; ONCEKIT_SCALE_SECONDS (default 5) the length of a
+// latency run and of the paced run without retention; ONCEKIT_SCALE_TABLES
+// picks tables (comma-separated, default all); ONCEKIT_SCALE_RETENTION_MAX
+// (default 300) bounds a retention run, in seconds. Run it with `make
+// bench-scale`; `make bench` leaves it out.
+func BenchmarkScale(b *testing.B) {
+	cfg := scaleConfigFromEnv(b)
+	for _, t := range scaleTables(cfg) {
+		if !cfg.wants(t.table) {
+			continue
+		}
+		db := testenv.NewDB(b)
+		filled := 0
+		var last map[string]figure // the empty figures paired with the largest fill
+		for _, rows := range cfg.rows {
+			if rows > filled {
+				fill(b, db, t.table, t.fill, filled, rows, t.after...)
+				filled = rows
+			}
+			last = map[string]figure{}
+			for _, p := range t.paths {
+				b.Run(p.name+"/rows="+strconv.Itoa(rows), func(b *testing.B) {
+					for range b.N {
+						last[p.name] = scaleMeasure(b, p, db, rows)
+					}
+				})
+			}
+		}
+		if filled > 0 && t.retain != nil {
+			b.Run(t.table+"-retention/rows="+strconv.Itoa(filled), func(b *testing.B) {
+				for range b.N {
+					retentionUnderLoad(b, cfg, t, db, last[t.paths[0].name])
+				}
+			})
+		}
+		db.Close()
+	}
+}
+
+// scaleMeasure runs path p on a fresh empty schema and, when rows > 0, on db
+// just after, reports the figures, and returns the empty one.
+func scaleMeasure(b *testing.B, p scalePath, db *testenv.DB, rows int) figure {
+	b.Helper()
+	empty := testenv.NewDB(b)
+	e := p.measure(b, empty, p.n)
+	empty.Close()
+	if rows == 0 {
+		p.report(b, e)
+		return e
+	}
+	f := p.measure(b, db, p.n)
+	p.report(b, f)
+	if p.rate {
+		b.ReportMetric(f.rate()/e.rate(), "x-empty")
+	}
+	if len(f.lat) > 0 {
+		b.ReportMetric(f.pct(0.99)/e.pct(0.99), "p99-x-empty")
+	}
+	return e
+}
+
+// scaleConfig is BenchmarkScale's configuration, from the environment.
+type scaleConfig struct {
+	rows         []int         // row counts to fill to, ascending
+	n            int           // messages of one relay or consumer measurement
+	seconds      int           // length of a latency run and of a paced run
+	tables       []string      // the tables to measure (empty: all)
+	retentionMax time.Duration // bound of one retention run
+}
+
+func scaleConfigFromEnv(b *testing.B) scaleConfig {
+	b.Helper()
+	cfg := scaleConfig{
+		n:            envInt("ONCEKIT_SCALE_N", 20_000),
+		seconds:      envInt("ONCEKIT_SCALE_SECONDS", 5),
+		retentionMax: time.Duration(envInt("ONCEKIT_SCALE_RETENTION_MAX", 300)) * time.Second,
+	}
+	for _, s := range strings.Split(cmp.Or(os.Getenv("ONCEKIT_SCALE_ROWS"), "0,1000000,10000000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			b.Fatalf("ONCEKIT_SCALE_ROWS: %q is not a row count", s)
+		}
+		cfg.rows = append(cfg.rows, n)
+	}
+	slices.Sort(cfg.rows)
+	if t := os.Getenv("ONCEKIT_SCALE_TABLES"); t != "" {
+		cfg.tables = strings.Split(t, ",")
+	}
+	return cfg
+}
+
+// wants reports whether table is to be measured.
+func (c scaleConfig) wants(table string) bool {
+	return len(c.tables) == 0 || slices.Contains(c.tables, table)
+}
+
+// figure is one measurement: units of work done in elapsed (the timed part
+// only), and each unit's latency in milliseconds where the path measures it.
+type figure struct {
+	units   int
+	elapsed time.Duration
+	lat     []float64
+}
+
+// rate is units per second.
+func (f figure) rate() float64 { return float64(f.units) / f.elapsed.Seconds() }
+
+// pct is the q-quantile of the latencies (0 when none were measured).
+func (f figure) pct(q float64) float64 {
+	if len(f.lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(f.lat)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// add accumulates g into f.
+func (f *figure) add(g figure) {
+	f.units += g.units
+	f.elapsed += g.elapsed
+	f.lat = append(f.lat, g.lat...)
+}
