@@ -13,6 +13,7 @@ import (
 // configuration lines ("key: value") that came with it.
 type run struct {
 	samples map[string][]float64 // "BenchmarkName/sub unit" → values in order
+	order   []string             // the samples' keys in order of first appearance
 	config  map[string]string    // the last value of each key
 }
 
@@ -47,6 +48,9 @@ func parse(r io.Reader) (*run, error) {
 				continue
 			}
 			key := name + " " + f[i+1]
+			if _, ok := out.samples[key]; !ok {
+				out.order = append(out.order, key)
+			}
 			out.samples[key] = append(out.samples[key], v)
 		}
 	}

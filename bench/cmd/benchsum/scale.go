@@ -1,0 +1,284 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// scaleHeading starts the section `make bench-scale` adds to the results
+// page; a later `make bench` keeps it, a later `make bench-scale` replaces it.
+const scaleHeading = "## Scale"
+
+// The scale targets: a hot path at the most retained rows keeps this share
+// of its rate on empty tables (paired), and its p99 latency within this
+// multiple; retention deletes this many rows/s while the hot path keeps this
+// share of its rate; a daemon's peak RSS stays within this many MiB.
+const (
+	scaleMinRate       = 0.8
+	scaleMaxP99        = 2
+	scaleMinDeleted    = 50_000
+	scaleMinHotRate    = 0.9
+	scaleMaxRSSMiB     = 200
+	scalePrefix        = "BenchmarkScale/"
+	scaleMemoryPrefix  = "BenchmarkScaleMemory/"
+	scaleRetentionPart = "-retention"
+)
+
+// scaleFigure is one line's metrics: BenchmarkScale/<path>/rows=<rows>.
+type scaleFigure struct {
+	path string
+	rows int
+}
+
+// scaleFigures lists the run's BenchmarkScale lines (retention and memory
+// apart), by path in order of appearance, then rows.
+func (r *run) scaleFigures() (hot, retention []scaleFigure) {
+	seen := map[scaleFigure]bool{}
+	for _, k := range r.order {
+		name, _, _ := strings.Cut(k, " ")
+		rest, ok := strings.CutPrefix(name, scalePrefix)
+		if !ok {
+			continue
+		}
+		path, rowsPart, ok := strings.Cut(rest, "/rows=")
+		rows, err := strconv.Atoi(rowsPart)
+		if !ok || err != nil {
+			continue
+		}
+		f := scaleFigure{path, rows}
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		if strings.HasSuffix(path, scaleRetentionPart) {
+			retention = append(retention, f)
+		} else {
+			hot = append(hot, f)
+		}
+	}
+	return hot, retention
+}
+
+// metric is the median of the figure's metric unit, and whether it was
+// measured.
+func (r *run) metric(f scaleFigure, unit string) (float64, bool) {
+	k := fmt.Sprintf("%s%s/rows=%d %s", scalePrefix, f.path, f.rows, unit)
+	if len(r.samples[k]) == 0 {
+		return 0, false
+	}
+	return r.median(k), true
+}
+
+// scaleVerdicts returns one line per scale target: the figure, the target and
+// PASS or MISS, in the summary's machine-readable form.
+func scaleVerdicts(r *run) []string {
+	var out []string
+	hot, retention := r.scaleFigures()
+	top := map[string]int{}
+	for _, f := range hot {
+		top[f.path] = max(top[f.path], f.rows)
+	}
+	for _, f := range hot {
+		if f.rows != top[f.path] || f.rows == 0 {
+			continue
+		}
+		if v, ok := r.metric(f, "x-empty"); ok {
+			out = append(out, verdictLine("scale "+f.path+" rows="+strconv.Itoa(f.rows)+" x-empty", v, ">=", scaleMinRate))
+		}
+		if v, ok := r.metric(f, "p99-x-empty"); ok {
+			out = append(out, verdictLine("scale "+f.path+" rows="+strconv.Itoa(f.rows)+" p99-x-empty", v, "<=", scaleMaxP99))
+		}
+	}
+	for _, f := range retention {
+		if v, ok := r.metric(f, "deleted-rows/s"); ok {
+			out = append(out, verdictLine("scale "+f.path+" rows="+strconv.Itoa(f.rows)+" deleted-rows/s", v, ">=", scaleMinDeleted))
+		}
+		if v, ok := r.metric(f, "hot-x"); ok {
+			out = append(out, verdictLine("scale "+f.path+" rows="+strconv.Itoa(f.rows)+" hot-x", v, ">=", scaleMinHotRate))
+		}
+	}
+	for _, k := range r.keys() {
+		if strings.HasPrefix(k, scaleMemoryPrefix) && strings.HasSuffix(k, " peak-rss-MiB") {
+			name, _, _ := strings.Cut(strings.TrimPrefix(k, scaleMemoryPrefix), " ")
+			out = append(out, verdictLine("scale memory "+name+" peak-rss-MiB", r.median(k), "<=", scaleMaxRSSMiB))
+		}
+	}
+	return out
+}
+
+func verdictLine(name string, v float64, op string, limit float64) string {
+	t := target{op: op, limit: limit}
+	return fmt.Sprintf("%s %s target%s%s %s", strings.ReplaceAll(name, " ", "_"), num(v), op, num(limit), t.verdict(v))
+}
+
+// writeScale writes the scale section: where and when the run was made, the
+// rate of each hot path against the rows retained, retention under load, and
+// the daemons' peak memory, each with its verdict.
+func writeScale(w io.Writer, r *run, note string) error {
+	var b strings.Builder
+	b.WriteString(scaleHeading + "\n\n")
+	b.WriteString("Added by `make bench-scale` (`BenchmarkScale`, `BenchmarkScaleMemory`); a later `make bench` keeps\n")
+	b.WriteString("this section, a later `make bench-scale` replaces it. What it measures is in\n")
+	b.WriteString("[docs/benchmarks.md](../docs/benchmarks.md#scale).\n\n")
+	fmt.Fprintf(&b, "- Date (the run's start): %s\n", or(r.config["date"], "not recorded"))
+	fmt.Fprintf(&b, "- Machine: %s cores (`nproc`), CPU %s, %s/%s, %s\n",
+		or(r.config["nproc"], "?"), or(r.config["cpu"], "not recorded"), or(r.config["goos"], "?"), or(r.config["goarch"], "?"), or(r.config["go"], "Go version not recorded"))
+	n := r.runs()
+	fmt.Fprintf(&b, "- Runs: %d iteration%s (`SCALE_COUNT=%d`); each figure is the median.\n", n, plural(n), n)
+	if load := loadNote(r.config); load != "" {
+		fmt.Fprintf(&b, "- Load: %s\n", load)
+	}
+	if note != "" {
+		fmt.Fprintf(&b, "- Note: %s\n", note)
+	}
+
+	hot, retention := r.scaleFigures()
+	var rows []int
+	var paths []string
+	for _, f := range hot {
+		if !slices.Contains(rows, f.rows) {
+			rows = append(rows, f.rows)
+		}
+		if !slices.Contains(paths, f.path) {
+			paths = append(paths, f.path)
+		}
+	}
+	slices.Sort(rows)
+	if len(paths) > 0 {
+		b.WriteString("\n### Rate against retained rows\n\n")
+		fmt.Fprintf(&b, "Each filled figure is paired with a run on empty tables made just before it: (×) is the filled\n")
+		fmt.Fprintf(&b, "rate over that empty rate, or for latencies the filled p99 over the empty p99. Target at the most\n")
+		fmt.Fprintf(&b, "rows: rate ≥ %s× empty, p99 ≤ %s× empty.\n\n", num(scaleMinRate), num(scaleMaxP99))
+		b.WriteString("| hot path | figure |")
+		for _, n := range rows {
+			fmt.Fprintf(&b, " %s rows |", human(float64(n)))
+		}
+		b.WriteString(" |\n|---|---|" + strings.Repeat("---|", len(rows)) + "---|\n")
+		for _, p := range paths {
+			for _, unit := range r.scaleUnits(p) {
+				fmt.Fprintf(&b, "| %s | %s |", p, unit)
+				verdict := ""
+				for _, n := range rows {
+					f := scaleFigure{p, n}
+					v, ok := r.metric(f, unit)
+					if !ok {
+						b.WriteString(" |")
+						continue
+					}
+					cell := human(v)
+					ratioUnit, op, limit := "x-empty", ">=", scaleMinRate
+					if strings.HasSuffix(unit, "-ms") {
+						ratioUnit, op, limit = "p99-x-empty", "<=", scaleMaxP99
+					}
+					if x, ok := r.metric(f, ratioUnit); ok && (unit == "p99-ms" || !strings.HasSuffix(unit, "-ms")) {
+						cell += " (" + human(x) + "×)"
+						verdict = target{op: op, limit: limit}.verdict(x)
+					}
+					b.WriteString(" " + cell + " |")
+				}
+				b.WriteString(" " + verdict + " |\n")
+			}
+		}
+	}
+
+	if len(retention) > 0 {
+		b.WriteString("\n### Retention under load\n\n")
+		b.WriteString("Each table's retention deletes its filled backlog while the table's first hot path runs paced at 80%\n")
+		b.WriteString("of its empty-table rate; hot-path figures are during the deletion, (×) over the same paced run just\n")
+		fmt.Fprintf(&b, "before it without retention. Target: ≥ %s rows/s deleted while the hot path keeps ≥ %s×.\n\n",
+			human(scaleMinDeleted), num(scaleMinHotRate))
+		b.WriteString("| table | rows | deleted | deleted rows/s | hot-path rate | hot-path p99 ms | |\n|---|---|---|---|---|---|---|\n")
+		for _, f := range retention {
+			deleted, _ := r.metric(f, "deleted")
+			perSec, _ := r.metric(f, "deleted-rows/s")
+			rate, _ := r.metric(f, "hot-rate")
+			x, _ := r.metric(f, "hot-x")
+			p99 := ""
+			if v, ok := r.metric(f, "hot-p99-ms"); ok {
+				px, _ := r.metric(f, "hot-p99-x")
+				p99 = human(v) + " (" + human(px) + "×)"
+			}
+			pass := perSec >= scaleMinDeleted && x >= scaleMinHotRate
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s (%s×) | %s | %s |\n", strings.TrimSuffix(f.path, scaleRetentionPart),
+				human(float64(f.rows)), human(deleted), human(perSec), human(rate), human(x), p99, map[bool]string{true: "PASS", false: "MISS"}[pass])
+		}
+	}
+
+	var mem []string
+	for _, k := range r.keys() {
+		if strings.HasPrefix(k, scaleMemoryPrefix) && strings.HasSuffix(k, " peak-rss-MiB") {
+			mem = append(mem, k)
+		}
+	}
+	if len(mem) > 0 {
+		b.WriteString("\n### Daemon memory\n\n")
+		fmt.Fprintf(&b, "Peak RSS (`VmHWM`) of each daemon, run as its own process, while it drains its backlog. Target ≤ %s MiB.\n\n", num(scaleMaxRSSMiB))
+		b.WriteString("| daemon | backlog | peak RSS MiB | drain rate | |\n|---|---|---|---|---|\n")
+		for _, k := range mem {
+			name, _, _ := strings.Cut(k, " ")
+			daemon := strings.TrimPrefix(name, scaleMemoryPrefix)
+			v := r.median(k)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", daemon, human(r.median(name+" backlog")), human(v),
+				human(r.median(name+" rows/s"))+" rows/s", target{op: "<=", limit: scaleMaxRSSMiB}.verdict(v))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// scaleUnits lists the metrics shown for path p: its rate, and its p50 and
+// p99 where it measures latencies.
+func (r *run) scaleUnits(p string) []string {
+	var out []string
+	for _, k := range r.order {
+		name, unit, _ := strings.Cut(k, " ")
+		if !strings.HasPrefix(name, scalePrefix+p+"/rows=") || slices.Contains(out, unit) {
+			continue
+		}
+		if strings.HasSuffix(unit, "/s") || unit == "p50-ms" || unit == "p99-ms" {
+			out = append(out, unit)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return rank(a) - rank(b) })
+	return out
+}
+
+// rank orders a path's rows: rate, p50, p99.
+func rank(unit string) int {
+	switch unit {
+	case "p50-ms":
+		return 1
+	case "p99-ms":
+		return 2
+	}
+	return 0
+}
+
+// withScaleSection returns page with its scale section (from scaleHeading to
+// the end) replaced by section, or section appended when it has none.
+func withScaleSection(page, section string) string {
+	if i := strings.Index(page, "\n"+scaleHeading+"\n"); i >= 0 {
+		page = page[:i+1]
+	}
+	if page != "" && !strings.HasSuffix(page, "\n\n") {
+		page = strings.TrimRight(page, "\n") + "\n\n"
+	}
+	return page + section
+}
+
+// scaleSectionOf returns the scale section of the page at path ("" when the
+// page or the section does not exist).
+func scaleSectionOf(path string) string {
+	page, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if i := strings.Index(string(page), "\n"+scaleHeading+"\n"); i >= 0 {
+		return string(page[i+1:])
+	}
+	return ""
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The scale section of a captured `make bench-scale` output: the table of
+// rate against rows, retention and memory, with their verdicts.
+func TestScaleSectionOfCapturedRun(t *testing.T) {
+	in, err := os.Open("testdata/scale.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	r, err := parse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page bytes.Buffer
+	if err := writeScale(&page, r, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| hot path | figure | 0 rows | 20,000 rows | |",
+		"| relay-drain | msgs/s | 20,511 | 21,006 (1.54×) | PASS |",
+		"| commit-ack | p99-ms | 12.7 | 7.89 (0.84×) | PASS |",
+		"| consume | msgs/s | 17,743 | 11,127 (0.602×) | MISS |",
+		"| edge-first | p99-ms | 23.9 | 41.6 (0.722×) | PASS |",
+		"| outbox | 20,000 | 20,000 | 66,330 | 46,153 (1.45×) |  | PASS |",
+		"| idempotency_keys | 20,000 | 20,000 | 27,571 | 508 (0.538×) | 130 (3.87×) | MISS |",
+		"| relay | 1,000,000 | 61.5 | 30,000 rows/s | PASS |",
+	} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("section lacks %q:\n%s", want, page.String())
+		}
+	}
+	var sum bytes.Buffer
+	writeSummary(&sum, r)
+	for _, want := range []string{
+		"ratio scale_consume_rows=20000_x-empty 0.6024 target>=0.8 MISS",
+		"ratio scale_outbox-retention_rows=20000_deleted-rows/s 6.633e+04 target>=5e+04 PASS",
+		"ratio scale_memory_relay_peak-rss-MiB 61.5 target<=200 PASS",
+	} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum.String())
+		}
+	}
+}
+
+// make bench-scale replaces the page's scale section and keeps the rest;
+// make bench rewrites the rest and keeps the scale section.
+func TestScaleSectionSurvivesEitherRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "RESULTS.md")
+	bench, err := parse(strings.NewReader("nproc: 2\nBenchmarkRelay/oncekit-2 1 0 ns/op 60000 msgs/s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale := func(rate string) *run {
+		r, err := parse(strings.NewReader("BenchmarkScale/consume/rows=0-2 1 " + rate + " msgs/s\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Each step reads the page as the previous one left it.
+	for i, step := range []func() (*run, pageWriter){
+		func() (*run, pageWriter) { return bench, keepScale(path) },
+		func() (*run, pageWriter) { return scale("111"), replaceScale(path) },
+		func() (*run, pageWriter) { return scale("222"), replaceScale(path) },
+		func() (*run, pageWriter) { return bench, keepScale(path) },
+	} {
+		r, w := step()
+		if err := writeResultsFile(path, r, "", w); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	page, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := string(page)
+	if strings.Count(p, "## Scale") != 1 || !strings.Contains(p, "| consume | msgs/s | 222 |  |") || strings.Contains(p, "111") {
+		t.Errorf("scale section not replaced once:\n%s", p)
+	}
+	if strings.Count(p, "# Benchmark results") != 1 || !strings.Contains(p, "60,000") {
+		t.Errorf("main page not kept:\n%s", p)
+	}
+}
