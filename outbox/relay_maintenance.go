@@ -33,10 +33,12 @@ func (r *Relay) retentionLoop(ctx context.Context) {
 func (r *Relay) DeletePublished(ctx context.Context) (int64, error) {
 	var total int64
 	for p := 0; p < r.cfg.Partitions && ctx.Err() == nil; p++ {
+		// Each batch starts after the last row the previous one looked at.
+		afterTxid, afterSeq := "0", int64(0)
 		for ctx.Err() == nil {
 			var looked, deleted int64
-			if err := r.pool.QueryRow(ctx, r.sql.deleteBatch, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch).
-				Scan(&looked, &deleted); err != nil {
+			if err := r.pool.QueryRow(ctx, r.sql.deleteBatch, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
+				afterTxid, afterSeq).Scan(&looked, &deleted, &afterTxid, &afterSeq); err != nil {
 				return total, err
 			}
 			total += deleted

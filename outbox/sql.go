@@ -168,22 +168,32 @@ func renderRelaySQL(schema string) relaySQL {
 
 		// Retention, one batch of partition $1: published rows (behind the
 		// cursor, not held) enqueued more than $2 seconds ago. The first $3
-		// published rows in (txid, seq) order are looked at, the oldest by
-		// construction, so the scan never walks the partition's history.
+		// published rows in (txid, seq) order after ($4, $5), where the
+		// previous batch of the pass ended, are looked at, the oldest by
+		// construction, so the scan never walks the partition's history,
+		// nor the index entries of the rows the pass already deleted (dead
+		// until vacuum: starting each batch from the partition's start
+		// made a pass quadratic in the rows it deleted). Rows are deleted by
+		// ctid (locked by the same statement, so it cannot change), which
+		// spares a primary-key descent per row. It returns the rows looked
+		// at and deleted, and the last row looked at.
 		deleteBatch: `WITH l AS (SELECT cursor_txid, cursor_seq FROM {schema}.relay_partitions WHERE partition = $1),
 			front AS (
-				SELECT o.seq, o.created_at FROM {schema}.outbox o
+				SELECT o.ctid, o.txid, o.seq, o.created_at FROM {schema}.outbox o
 				WHERE o.partition = $1
 				AND (o.txid, o.seq) <= ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
+				AND (o.txid, o.seq) > ($4::text::xid8, $5::bigint)
 				AND NOT ` + held("o") + `
 				ORDER BY o.txid, o.seq
 				LIMIT (SELECT $3::int) -- unknown to the planner: walk the index (see fetchMain)
 				FOR UPDATE SKIP LOCKED),
 			gone AS (
-				DELETE FROM {schema}.outbox o USING front f
-				WHERE o.seq = f.seq AND f.created_at < now() - make_interval(secs => $2)
-				RETURNING 1)
-			SELECT (SELECT count(*) FROM front), (SELECT count(*) FROM gone)`,
+				DELETE FROM {schema}.outbox o
+				WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM front WHERE created_at < now() - make_interval(secs => $2)))
+				RETURNING 1),
+			last AS (SELECT txid, seq FROM front ORDER BY txid DESC, seq DESC LIMIT 1)
+			SELECT (SELECT count(*) FROM front), (SELECT count(*) FROM gone),
+				coalesce((SELECT txid::text FROM last), $4), coalesce((SELECT seq FROM last), $5)`,
 
 		oldest: backlogSQL,
 		parked: `SELECT count(*) FROM {schema}.outbox o WHERE o.parked_at IS NOT NULL AND ` + held("o"),
