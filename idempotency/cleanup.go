@@ -12,12 +12,12 @@ import (
 // refreshes the in-progress gauges.
 func (e *Edge) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
+	from := time.Time{} // each batch starts at the last expiry the previous one deleted
 	for {
-		tag, err := e.db.Exec(ctx, e.sql.cleanup, e.cfg.CleanupBatch)
-		if err != nil {
+		var n int64
+		if err := e.db.QueryRow(ctx, e.sql.cleanup, e.cfg.CleanupBatch, from).Scan(&n, &from); err != nil {
 			return total, fmt.Errorf("idempotency: cleanup: %w", err)
 		}
-		n := tag.RowsAffected()
 		total += n
 		e.m.cleanedTotal.Add(float64(n))
 		if n < int64(e.cfg.CleanupBatch) {
