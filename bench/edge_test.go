@@ -79,12 +79,13 @@ func (env *edgeEnv) close() {
 }
 
 func newEdgeEnv(b *testing.B, conc int) *edgeEnv {
-	return newEdgeEnvOn(b, testenv.NewDB(b), conc)
+	return newEdgeEnvOn(b, testenv.NewDB(b), conc, 0)
 }
 
 // newEdgeEnvOn is newEdgeEnv on the tables of db, which may already hold
-// records: servers and a pool of its own, released when the benchmark ends.
-func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int) *edgeEnv {
+// records, with the route's Wait set to wait: servers and a pool of its
+// own, released when the benchmark ends.
+func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int, wait time.Duration) *edgeEnv {
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_payments (id uuid PRIMARY KEY, amount bigint NOT NULL)`); err != nil {
 		b.Fatal(err)
@@ -106,7 +107,7 @@ func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int) *edgeEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mw, err := edge.Route(&idempotency.Route{Operation: "bench-create", Mode: idempotency.SameTx})
+	mw, err := edge.Route(&idempotency.Route{Operation: "bench-create", Mode: idempotency.SameTx, Wait: wait})
 	if err != nil {
 		b.Fatal(err)
 	}
