@@ -14,15 +14,7 @@ var update = flag.Bool("update", false, "rewrite testdata/RESULTS.md from testda
 // checked in beside it (go test -update rewrites it after a deliberate
 // change).
 func TestResultsPageOfCapturedRun(t *testing.T) {
-	in, err := os.Open("testdata/bench.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	r, err := parse(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := parseFile(t, "testdata/bench.txt")
 	var got bytes.Buffer
 	if err := writeResults(&got, r, "a test note."); err != nil {
 		t.Fatal(err)
@@ -67,15 +59,11 @@ BenchmarkConsume/oncekit-batch-2 1 0 ns/op 0.25 claim-overhead
 	}
 	var sum bytes.Buffer
 	writeSummary(&sum, r)
-	for _, want := range []string{
+	containsAll(t, "summary", sum.String(),
 		"ratio relay_oncekit/watermill 20 target>=15 PASS",
 		"ratio edge_new-key_extra_round_trips 0 target<=1 PASS",
 		"ratio consume_dedup-overhead 0.25 target<=0.2 MISS",
-	} {
-		if !strings.Contains(sum.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, sum.String())
-		}
-	}
+	)
 	var page bytes.Buffer
 	if err := writeResults(&page, r, ""); err != nil {
 		t.Fatal(err)
@@ -92,6 +80,31 @@ func TestHuman(t *testing.T) {
 	for v, want := range map[float64]string{102345.6: "102,346", 1000: "1,000", 999.4: "999", 0.1206: "0.121", -2500: "-2,500", 3: "3"} {
 		if got := human(v); got != want {
 			t.Errorf("human(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+// parseFile parses the captured run in file.
+func parseFile(t *testing.T, file string) *run {
+	t.Helper()
+	in, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	r, err := parse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// containsAll reports each of wants that got (the what) lacks.
+func containsAll(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, got)
 		}
 	}
 }

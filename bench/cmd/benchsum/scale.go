@@ -124,17 +124,8 @@ func writeScale(w io.Writer, r *run, note string) error {
 	b.WriteString("Added by `make bench-scale` (`BenchmarkScale`, `BenchmarkScaleMemory`); a later `make bench` keeps\n")
 	b.WriteString("this section, a later `make bench-scale` replaces it. What it measures is in\n")
 	b.WriteString("[docs/benchmarks.md](../docs/benchmarks.md#scale).\n\n")
-	fmt.Fprintf(&b, "- Date (the run's start): %s\n", or(r.config["date"], "not recorded"))
-	fmt.Fprintf(&b, "- Machine: %s cores (`nproc`), CPU %s, %s/%s, %s\n",
-		or(r.config["nproc"], "?"), or(r.config["cpu"], "not recorded"), or(r.config["goos"], "?"), or(r.config["goarch"], "?"), or(r.config["go"], "Go version not recorded"))
 	n := r.runs()
-	fmt.Fprintf(&b, "- Runs: %d iteration%s (`SCALE_COUNT=%d`); each figure is the median.\n", n, plural(n), n)
-	if load := loadNote(r.config); load != "" {
-		fmt.Fprintf(&b, "- Load: %s\n", load)
-	}
-	if note != "" {
-		fmt.Fprintf(&b, "- Note: %s\n", note)
-	}
+	writeRunLines(&b, r, fmt.Sprintf("%d iteration%s (`SCALE_COUNT=%d`); each figure is the median.", n, plural(n), n), note)
 
 	hot, retention := r.scaleFigures()
 	var rows []int
