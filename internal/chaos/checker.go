@@ -249,10 +249,28 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 			v.fail(InvLedgerOnce, "payment %s has %d ledger entries", id, n)
 		}
 	}
+	missing := 0
 	for id := range payments {
 		if entries[id] == 0 {
 			v.Lost++
-			v.fail(InvLedgerOnce, "payment %s has no ledger entry", id)
+			missing++
+			// Say for the first few where the chain stopped: its event, and
+			// whether the inbox claimed it (a claim without its ledger entry
+			// would be the inbox's bug; no claim, a message not processed).
+			where := ""
+			if missing <= maxExamplesPerRule {
+				var event string
+				var claimed bool
+				err := pool.QueryRow(ctx, `SELECT o.id::text, EXISTS (SELECT 1 FROM `+t("processed_messages")+` pm WHERE pm.message_id = o.id)
+					FROM `+t("outbox")+` o WHERE convert_from(o.payload, 'UTF8')::jsonb->>'payment_id' = $1`, id).Scan(&event, &claimed)
+				switch {
+				case err != nil:
+					where = fmt.Sprintf(" (its event: %v)", err)
+				default:
+					where = fmt.Sprintf(" (event %s, claimed by the inbox: %t)", event, claimed)
+				}
+			}
+			v.fail(InvLedgerOnce, "payment %s has no ledger entry%s", id, where)
 		}
 	}
 	return nil
