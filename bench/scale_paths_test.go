@@ -66,7 +66,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			if err != nil {
 				b.Fatal(err)
 			}
-			return r.DeletePublished
+			return r.Prune
 		},
 	}, {
 		table: "processed_messages", fill: fillClaims,
@@ -94,7 +94,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			// What the dispatcher's retention does with its defaults.
 			return func(ctx context.Context) (int64, error) {
 				return untilShort(ctx, func(ctx context.Context) (int64, error) {
-					return l.Purge(ctx, db.Pool, time.Now().Add(-30*24*time.Hour), 1000)
+					return l.Prune(ctx, db.Pool, time.Now().Add(-30*24*time.Hour), 1000)
 				})
 			}
 		},
@@ -109,7 +109,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			if err != nil {
 				b.Fatal(err)
 			}
-			return e.Cleanup
+			return e.Prune
 		},
 	}}
 }

@@ -34,12 +34,13 @@ type Config struct {
 	// Sealer, when set, encrypts every stored response body. Defaults to nil
 	// (bodies stored as they are).
 	Sealer Sealer
-	// CleanupInterval is how often Run deletes expired records. Defaults to
+	// RetentionInterval is how often Run calls Prune to delete expired
+	// records (a completed record expires after its Route.TTL). Defaults to
 	// one minute.
-	CleanupInterval time.Duration
-	// CleanupBatch is the most rows one cleanup statement deletes. Defaults to
-	// 1000.
-	CleanupBatch int
+	RetentionInterval time.Duration
+	// RetentionBatch is the most rows one retention DELETE removes. Defaults
+	// to 1000.
+	RetentionBatch int
 }
 
 // ErrInvalidConfig is wrapped by the error New and Edge.Route return
@@ -54,8 +55,8 @@ func (c *Config) withDefaults() Config {
 	}
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
-	out.CleanupInterval = cmp.Or(out.CleanupInterval, time.Minute)
-	out.CleanupBatch = cmp.Or(out.CleanupBatch, 1000)
+	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
+	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
 	return out
 }
 
@@ -69,10 +70,10 @@ func (c *Config) validate() error {
 		return bad("Schema", "%w", err)
 	}
 	switch {
-	case c.CleanupInterval < 0:
-		return bad("CleanupInterval", "%v must be positive", c.CleanupInterval)
-	case c.CleanupBatch < 0:
-		return bad("CleanupBatch", "%d must be positive", c.CleanupBatch)
+	case c.RetentionInterval < 0:
+		return bad("RetentionInterval", "%v must be positive", c.RetentionInterval)
+	case c.RetentionBatch < 0:
+		return bad("RetentionBatch", "%d must be positive", c.RetentionBatch)
 	}
 	return nil
 }

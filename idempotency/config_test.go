@@ -18,8 +18,8 @@ func TestConfigValidate(t *testing.T) {
 		cfg   Config
 	}{
 		{"Schema", Config{Schema: "Bad-Name"}},
-		{"CleanupInterval", Config{CleanupInterval: -1}},
-		{"CleanupBatch", Config{CleanupBatch: -1}},
+		{"RetentionInterval", Config{RetentionInterval: -1}},
+		{"RetentionBatch", Config{RetentionBatch: -1}},
 	} {
 		c := tc.cfg.withDefaults()
 		err := c.validate()

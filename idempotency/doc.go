@@ -47,7 +47,8 @@
 // # Storage
 //
 // Records live in the idempotency_keys table (migration 004) for Route.TTL
-// (24 h by default); Edge.Run deletes expired completed records in bounded
-// batches and never touches in-progress ones. A Sealer encrypts stored bodies;
+// (24 h by default); Edge.Run calls Edge.Prune every Config.RetentionInterval,
+// which deletes expired completed records in batches of Config.RetentionBatch
+// and never touches in-progress ones. A Sealer encrypts stored bodies;
 // Route.NoStoreBody keeps no body at all. Keys appear in logs only as hashes.
 package idempotency

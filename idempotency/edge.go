@@ -14,7 +14,7 @@ import (
 )
 
 // Edge is the HTTP idempotency layer: it builds one middleware per route and
-// runs the cleanup loop. It is safe for concurrent use.
+// runs the retention loop (Prune). It is safe for concurrent use.
 type Edge struct {
 	db  oncekit.Pool
 	cfg Config

@@ -25,7 +25,7 @@ func ExampleEdge_Route() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	go func() { _ = edge.Run(ctx) }() // cleanup of expired records
+	go func() { _ = edge.Run(ctx) }() // Prune of expired records, every RetentionInterval
 
 	createPayment, err := edge.Route(&idempotency.Route{
 		Operation: "create-payment",

@@ -51,11 +51,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)},
 			[]string{"operation"}),
 		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "in_progress_records", Help: "Records in_progress at the last cleanup pass."}),
+			Name: "in_progress_records", Help: "Records in_progress at the last Prune."}),
 		oldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "in_progress_oldest_age_seconds", Help: "Age of the oldest in_progress record at the last cleanup pass."}),
+			Name: "in_progress_oldest_age_seconds", Help: "Age of the oldest in_progress record at the last Prune."}),
 		cleanedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "cleanup_deleted_total", Help: "Expired completed records deleted by cleanup."}),
+			Name: "cleanup_deleted_total", Help: "Expired completed records deleted by Prune."}),
 	}
 	if reg == nil {
 		return m, nil

@@ -48,7 +48,7 @@ type record struct {
 
 // statements is the edge's SQL, rendered for the schema once.
 type statements struct {
-	claim, claimTx, lookup, complete, completeTx, release, renew, cleanup, inProgress string
+	claim, claimTx, lookup, complete, completeTx, release, renew, prune, inProgress string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
@@ -127,7 +127,7 @@ const renewSQL = `
 UPDATE {schema}.idempotency_keys SET locked_until = now() + $5 * interval '1 microsecond'
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
 
-// cleanupSQL deletes up to $1 expired completed records, the oldest first
+// pruneSQL deletes up to $1 expired completed records, the oldest first
 // from $2 on (the expiry of the last record the previous batch of the pass
 // deleted), and returns how many it deleted and the last one's expiry.
 // Starting each batch from the oldest record instead walked the index
@@ -135,7 +135,7 @@ WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in
 // which made a pass quadratic in the records it deleted. The rows are
 // deleted by ctid (locked by the same statement, so it cannot change),
 // which spares a primary-key descent per row.
-const cleanupSQL = `
+const pruneSQL = `
 WITH gone AS (
 	DELETE FROM {schema}.idempotency_keys
 	WHERE ctid = ANY(ARRAY(
@@ -161,7 +161,7 @@ func renderStatements(schema string) statements {
 		completeTx: pgsql.Render(completeTxSQL, schema),
 		release:    pgsql.Render(releaseSQL, schema),
 		renew:      pgsql.Render(renewSQL, schema),
-		cleanup:    pgsql.Render(cleanupSQL, schema),
+		prune:      pgsql.Render(pruneSQL, schema),
 		inProgress: pgsql.Render(inProgressSQL, schema),
 	}
 }

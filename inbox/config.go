@@ -85,7 +85,7 @@ type Config struct {
 	// once replayed (counted from the replay); the retention sweep deletes
 	// older ones, RetentionBatch rows per statement. Dead letters not yet
 	// replayed are never deleted by it: they wait for `oncekit dlq replay`
-	// or `dlq purge`. Negative keeps replayed ones forever. Defaults to 7
+	// or `dlq prune`. Negative keeps replayed ones forever. Defaults to 7
 	// days.
 	DeadLetterRetention time.Duration
 	// DisableClaim turns deduplication off: no claim is written or checked

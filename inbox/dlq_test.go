@@ -107,10 +107,10 @@ func TestPoisonDeadLetteredThenReplayedOnce(t *testing.T) {
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Duplicates == 1 })
 	require.Equal(t, map[uuid.UUID]int{poison.ID: 1}, b.effects())
 
-	out, err = b.oncekit(bin, "dlq", "purge")
-	require.Error(t, err, "purge without a selection is refused")
-	out, err = b.oncekit(bin, "dlq", "purge", "--replayed")
+	out, err = b.oncekit(bin, "dlq", "prune")
+	require.Error(t, err, "prune without a selection is refused")
+	out, err = b.oncekit(bin, "dlq", "purge", "--replayed") // the former name of prune
 	require.NoError(t, err, out)
-	require.Contains(t, out, "purged 2 dead letters")
+	require.Contains(t, out, "deleted 2 dead letters")
 	require.Zero(t, b.count(`SELECT count(*) FROM dead_letters`))
 }

@@ -84,7 +84,9 @@
 // duplicate) or processes it, before the key moves on. docs/ordering.md has
 // the exact guarantee and its cost.
 //
-// processed_messages is pruned in bounded batches (Config.Retention). At
+// processed_messages is pruned in bounded batches (Config.Retention,
+// Consumer.Prune; replayed dead letters: Config.DeadLetterRetention,
+// Consumer.PruneDeadLetters). At
 // start the Consumer refuses a retention shorter than the source's redelivery
 // horizon (see Horizon), because a claim deleted before the last possible
 // redelivery would let that redelivery run the handler a second time.

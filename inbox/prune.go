@@ -40,7 +40,7 @@ func (c *Consumer) Prune(ctx context.Context) (int64, error) {
 // many it deleted. Dead letters not yet replayed are kept. Run calls it every
 // RetentionInterval.
 func (c *Consumer) PruneDeadLetters(ctx context.Context) (int64, error) {
-	return c.pruneOlder(ctx, c.cfg.DeadLetterRetention, c.store.PruneDeadLetters)
+	return c.pruneOlder(ctx, c.cfg.DeadLetterRetention, c.store.pruneReplayed)
 }
 
 // pruneOlder runs prune for the consumer's rows older than retention (none

@@ -20,8 +20,9 @@ import (
 // claims and dead letters can ride in the caller's transaction. It is what
 // the Consumer, the watermill middleware and `oncekit dlq` share.
 type Store struct {
-	claim, claimBatch, claimNew, claimNewAll, unclaim, insertDead, listDead, getDead, markReplayed, purge, prune string
-	pruneDead, settled                                                                                           string
+	claim, claimBatch, claimNew, claimNewAll, unclaim, settled string
+	insertDead, listDead, getDead, markReplayed                string
+	pruneClaim, pruneDead, pruneReplayedDead                   string
 }
 
 // NewStore renders the inbox's SQL for schema ("" means "oncekit").
@@ -51,19 +52,19 @@ func NewStore(schema string) (*Store, error) {
 			FROM {schema}.dead_letters WHERE id = $1`),
 		markReplayed: r(`UPDATE {schema}.dead_letters SET replayed_at = now() WHERE id = $1 AND replayed_at IS NULL
 			RETURNING id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at`),
-		purge: r(`DELETE FROM {schema}.dead_letters WHERE id = ANY(ARRAY(
+		pruneDead: r(`DELETE FROM {schema}.dead_letters WHERE id = ANY(ARRAY(
 			SELECT id FROM {schema}.dead_letters
 			WHERE ($1 = '' OR consumer = $1) AND ($2::bigint = 0 OR id = $2) AND created_at < $3 AND (NOT $4 OR replayed_at IS NOT NULL)
 			LIMIT $5))`),
 		// A dead letter is replayed after it was created: the created_at
 		// index narrows the rows looked at.
-		pruneDead: r(`DELETE FROM {schema}.dead_letters WHERE id = ANY(ARRAY(
+		pruneReplayedDead: r(`DELETE FROM {schema}.dead_letters WHERE id = ANY(ARRAY(
 			SELECT id FROM {schema}.dead_letters
 			WHERE created_at < $2 AND replayed_at < $2 AND consumer = $1 LIMIT $3))`),
 		settled: r(`SELECT message_id::text FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])
 			UNION ALL
 			SELECT message_id FROM {schema}.dead_letters WHERE consumer = $1 AND message_id = ANY($3::text[]) AND replayed_at IS NULL`),
-		prune: r(`DELETE FROM {schema}.processed_messages WHERE ctid = ANY(ARRAY(
+		pruneClaim: r(`DELETE FROM {schema}.processed_messages WHERE ctid = ANY(ARRAY(
 			SELECT ctid FROM {schema}.processed_messages WHERE consumer = $1 AND processed_at < $2 LIMIT $3))`),
 	}, nil
 }
@@ -271,8 +272,9 @@ func (s *Store) GetDeadLetter(ctx context.Context, q oncekit.Querier, id int64) 
 	return scanDead(q.QueryRow(ctx, s.getDead, id))
 }
 
-// PurgeFilter selects dead letters to delete.
-type PurgeFilter struct {
+// PruneFilter selects the dead letters Store.PruneDeadLetters deletes (what
+// `oncekit dlq prune` asks for).
+type PruneFilter struct {
 	// Consumer restricts to one consumer; "" means all.
 	Consumer string
 	// ID deletes one dead letter; 0 means any.
@@ -283,32 +285,32 @@ type PurgeFilter struct {
 	ReplayedOnly bool
 }
 
-// purgeBatch bounds the rows one DELETE of PurgeDeadLetters removes.
-const purgeBatch = 1000
+// pruneBatch bounds the rows one DELETE of PruneDeadLetters removes.
+const pruneBatch = 1000
 
-// PurgeDeadLetters deletes the dead letters f selects, purgeBatch rows per
+// PruneDeadLetters deletes the dead letters f selects, 1000 rows per
 // statement, and returns how many.
-func (s *Store) PurgeDeadLetters(ctx context.Context, q oncekit.Querier, f PurgeFilter) (int64, error) {
+func (s *Store) PruneDeadLetters(ctx context.Context, q oncekit.Querier, f PruneFilter) (int64, error) {
 	if f.Before.IsZero() {
 		f.Before = time.Now().Add(time.Second)
 	}
 	var total int64
 	for {
-		tag, err := q.Exec(ctx, s.purge, f.Consumer, f.ID, f.Before, f.ReplayedOnly, purgeBatch)
+		tag, err := q.Exec(ctx, s.pruneDead, f.Consumer, f.ID, f.Before, f.ReplayedOnly, pruneBatch)
 		if err != nil {
-			return total, fmt.Errorf("inbox: purge dead letters: %w", err)
+			return total, fmt.Errorf("inbox: prune dead letters: %w", err)
 		}
 		total += tag.RowsAffected()
-		if tag.RowsAffected() < purgeBatch {
+		if tag.RowsAffected() < pruneBatch {
 			return total, nil
 		}
 	}
 }
 
-// PruneDeadLetters deletes up to limit of consumer's dead letters replayed
+// pruneReplayed deletes up to limit of consumer's dead letters replayed
 // before before and returns how many it deleted.
-func (s *Store) PruneDeadLetters(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, limit int) (int64, error) {
-	tag, err := q.Exec(ctx, s.pruneDead, consumer, before, limit)
+func (s *Store) pruneReplayed(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, limit int) (int64, error) {
+	tag, err := q.Exec(ctx, s.pruneReplayedDead, consumer, before, limit)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: prune dead letters: %w", err)
 	}
@@ -316,9 +318,10 @@ func (s *Store) PruneDeadLetters(ctx context.Context, q oncekit.Querier, consume
 }
 
 // PruneClaims deletes up to limit of consumer's claims older than before and
-// returns how many it deleted.
+// returns how many it deleted (Consumer.Prune calls it until it deletes
+// fewer).
 func (s *Store) PruneClaims(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, limit int) (int64, error) {
-	tag, err := q.Exec(ctx, s.prune, consumer, before, limit)
+	tag, err := q.Exec(ctx, s.pruneClaim, consumer, before, limit)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: prune claims: %w", err)
 	}

@@ -7,7 +7,7 @@
 // publishes them, with the event ID as the broker's dedup ID (Nats-Msg-Id on
 // JetStream). Each partition keeps a cursor: rows up to it have been read, and
 // those the broker acknowledged are published (kept for RelayConfig.Retention,
-// then deleted in batches); the others are held for a retry, parked, or wait
+// then deleted in batches by Relay.Prune); the others are held for a retry, parked, or wait
 // behind a blocked row of their key.
 //
 // Ordering is per ordering key: rows carry a partition (a stable hash of the

@@ -232,7 +232,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.log.Info("relay started", "partitions", r.cfg.Partitions, "batch", r.cfg.BatchSize, "poll_only", r.cfg.PollOnly)
 	var wg sync.WaitGroup
-	loops := []func(context.Context){r.probeLoop, r.retentionLoop, r.statsLoop}
+	loops := []func(context.Context){r.probeLoop, r.pruneLoop, r.statsLoop}
 	if !r.cfg.PollOnly {
 		loops = append(loops, r.listenLoop)
 	}

@@ -8,14 +8,14 @@ import (
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
-// retentionLoop deletes rows published more than Retention ago, in batches of
-// RetentionBatch, every RetentionInterval. It is independent of publishing.
-func (r *Relay) retentionLoop(ctx context.Context) {
+// pruneLoop calls Prune every RetentionInterval. It is independent of
+// publishing.
+func (r *Relay) pruneLoop(ctx context.Context) {
 	if r.cfg.Retention < 0 {
 		return
 	}
 	for wait.Sleep(ctx, r.cfg.RetentionInterval) {
-		n, err := r.DeletePublished(ctx)
+		n, err := r.Prune(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("retention failed", "err", err)
 		}
@@ -25,19 +25,20 @@ func (r *Relay) retentionLoop(ctx context.Context) {
 	}
 }
 
-// DeletePublished runs one retention pass: it deletes published rows
-// enqueued more than RelayConfig.Retention ago, partition by partition in
-// batches of RetentionBatch, and returns how many. Retention counts from
+// Prune runs one retention pass: it deletes published rows enqueued more
+// than RelayConfig.Retention ago, partition by partition, RetentionBatch rows
+// per statement, and returns how many it deleted. Run calls it every
+// RetentionInterval unless Retention is negative. Retention counts from
 // Enqueue (created_at), not from publication: a message published late (after
 // an outage or once unparked) may be deleted sooner after it went out.
-func (r *Relay) DeletePublished(ctx context.Context) (int64, error) {
+func (r *Relay) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	for p := 0; p < r.cfg.Partitions && ctx.Err() == nil; p++ {
 		// Each batch starts after the last row the previous one looked at.
 		afterTxid, afterSeq := "0", int64(0)
 		for ctx.Err() == nil {
 			var looked, deleted int64
-			if err := r.pool.QueryRow(ctx, r.sql.deleteBatch, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
+			if err := r.pool.QueryRow(ctx, r.sql.prune, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
 				afterTxid, afterSeq).Scan(&looked, &deleted, &afterTxid, &afterSeq); err != nil {
 				return total, err
 			}

@@ -207,7 +207,7 @@ func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 	log := &testenv.StatementLog{}
 	r, err := outbox.NewRelay(b.db.TracedPool(t, log), pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
 	require.NoError(t, err)
-	n, err := r.DeletePublished(ctx)
+	n, err := r.Prune(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
 	// Partition 0: 10 + 10 deleted, then 5 of the 10 looked at (the rest
@@ -222,7 +222,7 @@ func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 	require.Equal(t, 5, publishedRows(t, b.db), "published within retention: kept")
 	require.Equal(t, 8, countRows(t, b.db), "held, parked and pending rows are never deleted")
 	require.EqualValues(t, 2, backlog(t, b))
-	n, err = r.DeletePublished(ctx)
+	n, err = r.Prune(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

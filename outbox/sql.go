@@ -7,7 +7,7 @@ type relaySQL struct {
 	ensurePartitions, partitionsBeyond             string
 	heartbeat, acquire, renew, release, removeNode string
 	probe, fetch, fetchMain, advance, settle       string
-	deleteBatch                                    string
+	prune                                          string
 	oldest, parked                                 string
 }
 
@@ -177,7 +177,7 @@ func renderRelaySQL(schema string) relaySQL {
 		// ctid (locked by the same statement, so it cannot change), which
 		// spares a primary-key descent per row. It returns the rows looked
 		// at and deleted, and the last row looked at.
-		deleteBatch: `WITH l AS (SELECT cursor_txid, cursor_seq FROM {schema}.relay_partitions WHERE partition = $1),
+		prune: `WITH l AS (SELECT cursor_txid, cursor_seq FROM {schema}.relay_partitions WHERE partition = $1),
 			front AS (
 				SELECT o.ctid, o.txid, o.seq, o.created_at FROM {schema}.outbox o
 				WHERE o.partition = $1
@@ -200,7 +200,7 @@ func renderRelaySQL(schema string) relaySQL {
 	}
 	for _, p := range []*string{
 		&q.ensurePartitions, &q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
-		&q.removeNode, &q.probe, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.deleteBatch, &q.oldest, &q.parked,
+		&q.removeNode, &q.probe, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.prune, &q.oldest, &q.parked,
 	} {
 		*p = pgsql.Render(*p, schema)
 	}

@@ -140,17 +140,18 @@ func (l *Ledger) actionErr(ctx context.Context, q oncekit.Querier, op string, id
 	return fmt.Errorf("%w: %s %d: effect is %s", ErrWrongState, op, id, r.State)
 }
 
-// Purge deletes up to limit confirmed or failed effects recorded before
+// Prune deletes up to limit confirmed or failed effects recorded before
 // before, and returns how many it deleted. Call it in a loop until it
-// returns fewer than limit. A purged effect can be recorded (and fired)
-// again: keep rows longer than any redelivery or retry of their source.
-func (l *Ledger) Purge(ctx context.Context, q oncekit.Querier, before time.Time, limit int) (int64, error) {
+// returns fewer than limit (Dispatcher.Prune does). A pruned effect can be
+// recorded (and fired) again: keep rows longer than any redelivery or retry
+// of their source.
+func (l *Ledger) Prune(ctx context.Context, q oncekit.Querier, before time.Time, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
-	tag, err := q.Exec(ctx, l.sql.purge, before, limit)
+	tag, err := q.Exec(ctx, l.sql.prune, before, limit)
 	if err != nil {
-		return 0, fmt.Errorf("sideeffect: purge: %w", err)
+		return 0, fmt.Errorf("sideeffect: prune: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -61,7 +61,7 @@ func TestOperatorRetryAndResolve(t *testing.T) {
 	require.True(t, errors.Is(err, sideeffect.ErrWrongState), "pending cannot be retried: %v", err)
 }
 
-func TestPurgeDeletesOldTerminalRowsInBatches(t *testing.T) {
+func TestPruneDeletesOldTerminalRowsInBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -76,17 +76,47 @@ func TestPurgeDeletesOldTerminalRowsInBatches(t *testing.T) {
 	require.NoError(t, err)
 
 	before := time.Now().Add(-30 * 24 * time.Hour)
-	n, err := b.ledger.Purge(ctx, b.db.Pool, before, 10)
+	n, err := b.ledger.Prune(ctx, b.db.Pool, before, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(10), n)
-	n, err = b.ledger.Purge(ctx, b.db.Pool, before, 10)
+	n, err = b.ledger.Prune(ctx, b.db.Pool, before, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(10), n)
-	n, err = b.ledger.Purge(ctx, b.db.Pool, before, 10)
+	n, err = b.ledger.Prune(ctx, b.db.Pool, before, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), n)
 	require.Equal(t, 5, b.countState(t, sideeffect.StateConfirmed), "recent rows stay")
-	require.Equal(t, 1, b.countState(t, sideeffect.StateUnknown), "unknown rows are never purged")
+	require.Equal(t, 1, b.countState(t, sideeffect.StateUnknown), "unknown rows are never pruned")
+}
+
+func TestDispatcherPruneDeletesPastRetentionInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.record(t, "old", 25)
+	b.record(t, "new", 5)
+	_, err := b.db.Pool.Exec(ctx, `UPDATE side_effects SET state = 'confirmed', created_at = now() - interval '40 days' WHERE kind = 'old'`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE side_effects SET state = 'confirmed' WHERE kind = 'new'`)
+	require.NoError(t, err)
+
+	cfg := fastConfig(b)
+	cfg.RetentionBatch = 10
+	d, err := sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"old": hook(newReceiver(t), nil)}, cfg)
+	require.NoError(t, err)
+	n, err := d.Prune(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(25), n, "every batch until one deletes fewer than RetentionBatch")
+	require.Equal(t, 5, b.countState(t, sideeffect.StateConfirmed), "rows within Retention stay")
+
+	cfg.Retention = -1
+	d, err = sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"old": hook(newReceiver(t), nil)}, cfg)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE side_effects SET created_at = now() - interval '400 days'`)
+	require.NoError(t, err)
+	n, err = d.Prune(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a negative Retention keeps every row")
 }
 
 func TestGracefulStopReleasesUncalledRows(t *testing.T) {

@@ -31,7 +31,7 @@ func TestDispatcherConfigValidate(t *testing.T) {
 		{"BatchSize", DispatcherConfig{BatchSize: -1}},
 		{"FlushSize", DispatcherConfig{FlushSize: -1}},
 		{"MaxAttempts", DispatcherConfig{MaxAttempts: -1}},
-		{"PurgeBatch", DispatcherConfig{PurgeBatch: -1}},
+		{"RetentionBatch", DispatcherConfig{RetentionBatch: -1}},
 		{"PollInterval", DispatcherConfig{PollInterval: -1}},
 		{"CallTimeout", DispatcherConfig{CallTimeout: -1}},
 		{"Lease", DispatcherConfig{Lease: -1}},

@@ -74,8 +74,9 @@ type DispatcherConfig struct {
 	Retention time.Duration
 	// RetentionInterval is how often retention runs. Defaults to 1m.
 	RetentionInterval time.Duration
-	// PurgeBatch caps the rows deleted by one statement. Defaults to 1000.
-	PurgeBatch int
+	// RetentionBatch caps the rows one retention DELETE removes. Defaults to
+	// 1000.
+	RetentionBatch int
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Propagator puts each effect's stored trace context (Call.Trace) into
@@ -102,7 +103,7 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.BatchSize = cmp.Or(out.BatchSize, 200)
 	out.FlushSize = cmp.Or(out.FlushSize, 500)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
-	out.PurgeBatch = cmp.Or(out.PurgeBatch, 1000)
+	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
 	out.PollInterval = cmp.Or(out.PollInterval, 200*time.Millisecond)
 	out.CallTimeout = cmp.Or(out.CallTimeout, 30*time.Second)
 	out.Lease = cmp.Or(out.Lease, 2*out.CallTimeout+10*time.Second)
@@ -130,7 +131,7 @@ func (c *DispatcherConfig) validate() error {
 		name string
 		v    int
 	}{{"Concurrency", c.Concurrency}, {"BatchSize", c.BatchSize}, {"FlushSize", c.FlushSize},
-		{"MaxAttempts", c.MaxAttempts}, {"PurgeBatch", c.PurgeBatch}} {
+		{"MaxAttempts", c.MaxAttempts}, {"RetentionBatch", c.RetentionBatch}} {
 		if f.v < 0 {
 			return bad(f.name, "%d must be positive", f.v)
 		}

@@ -31,7 +31,9 @@
 // fired again until an operator decides ([Ledger.Retry], [Ledger.Resolve], or
 // `oncekit effects`).
 //
-// States: pending -> fired -> confirmed, plus failed and unknown. The
+// States: pending -> fired -> confirmed, plus failed and unknown. Confirmed
+// and failed rows are deleted after DispatcherConfig.Retention by
+// [Dispatcher.Prune], which Run calls every RetentionInterval. The
 // built-in HTTP webhook provider is in the webhook subpackage; the
 // `oncekit dispatch` daemon runs a Dispatcher for kinds mapped to webhook
 // endpoints.

@@ -6,7 +6,7 @@ import (
 )
 
 // maintainLoop runs recovery of expired leases (and refreshes the unknown
-// gauge) every RecoverInterval, and retention every RetentionInterval.
+// gauge) every RecoverInterval, and Prune every RetentionInterval.
 func (d *Dispatcher) maintainLoop(ctx context.Context, jobs chan<- job) {
 	recoverT := time.NewTicker(d.cfg.RecoverInterval)
 	defer recoverT.Stop()
@@ -24,7 +24,13 @@ func (d *Dispatcher) maintainLoop(ctx context.Context, jobs chan<- job) {
 		case <-recoverT.C:
 			d.recover(ctx, jobs)
 		case <-retention:
-			d.purge(ctx)
+			n, err := d.Prune(ctx)
+			if err != nil && ctx.Err() == nil {
+				d.log.Error("retention failed", "err", err)
+			}
+			if n > 0 {
+				d.log.Info("retention deleted effects", "n", n)
+			}
 		}
 	}
 }
@@ -92,25 +98,23 @@ func (d *Dispatcher) refreshUnknown(ctx context.Context) {
 	}
 }
 
-// purge deletes old confirmed and failed rows in batches.
-func (d *Dispatcher) purge(ctx context.Context) {
+// Prune runs one retention pass: it deletes the confirmed and failed effects
+// recorded more than DispatcherConfig.Retention ago, RetentionBatch rows per
+// statement, and returns how many it deleted. It deletes nothing when
+// Retention is negative. Run calls it every RetentionInterval.
+func (d *Dispatcher) Prune(ctx context.Context) (int64, error) {
+	if d.cfg.Retention < 0 {
+		return 0, nil
+	}
 	l := &Ledger{schema: d.cfg.Schema, sql: d.sql}
 	before := time.Now().Add(-d.cfg.Retention)
 	var total int64
 	for ctx.Err() == nil {
-		n, err := l.Purge(ctx, d.db, before, d.cfg.PurgeBatch)
+		n, err := l.Prune(ctx, d.db, before, d.cfg.RetentionBatch)
 		total += n
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Error("retention failed", "err", err)
-			}
-			break
-		}
-		if n < int64(d.cfg.PurgeBatch) {
-			break
+		if err != nil || n < int64(d.cfg.RetentionBatch) {
+			return total, err
 		}
 	}
-	if total > 0 {
-		d.log.Info("retention deleted effects", "n", total)
-	}
+	return total, ctx.Err()
 }

@@ -6,7 +6,7 @@ import "github.com/oncekit/oncekit/internal/pgsql"
 type statements struct {
 	insert, selectBySource               string
 	sync, refire, reconcile, markUnknown string
-	countUnknown, purge                  string
+	countUnknown, prune                  string
 	list, get, retry, resolve            string
 }
 
@@ -119,7 +119,7 @@ RETURNING s.kind`),
 		countUnknown: r(`SELECT kind, count(*) FROM {schema}.side_effects
 WHERE next_attempt_at = 'infinity' AND state = 'unknown' GROUP BY kind`),
 
-		purge: r(`DELETE FROM {schema}.side_effects WHERE id IN (
+		prune: r(`DELETE FROM {schema}.side_effects WHERE id IN (
 	SELECT id FROM {schema}.side_effects
 	WHERE state IN ('confirmed', 'failed') AND created_at < $1
 	LIMIT $2

@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register(&command{name: "dlq", summary: "list, show, replay or purge the inbox's dead letters (list | show | replay | purge)", run: runDLQ})
+	register(&command{name: "dlq", summary: "list, show, replay or prune the inbox's dead letters (list | show | replay | prune)", run: runDLQ})
 }
 
 const dlqUsage = `dlq <subcommand> [flags] [ID...]
@@ -25,7 +25,8 @@ subcommands:
   replay ID...         republish with the original ID to the broker the consumer reads and mark
                        replayed: NATS JetStream (default; Nats-Msg-Id), or --broker rabbitmq
                        (--amqp-url) or --broker redis (--redis-url), through broker/wmbroker
-  purge                delete dead letters: --id, --older-than, --replayed or --all
+  prune                delete dead letters: --id, --older-than, --replayed or --all
+                       (purge is its former name, still accepted)
 
 flags go before the IDs`
 
@@ -38,16 +39,19 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	nf.register(fs, e)
 	rf.register(fs, e, &nf)
 	consumer := fs.String("consumer", "", "only this consumer's dead letters")
-	all := fs.Bool("all", false, "list: include replayed; purge: delete every selected row")
+	all := fs.Bool("all", false, "list: include replayed; prune: delete every selected row")
 	limit := fs.Int("limit", 100, "list: at most this many rows")
 	assignID := fs.Bool("assign-id", false, "replay: give a message without a valid ID a deterministic one")
-	id := fs.Int64("id", 0, "purge: only this dead letter")
-	olderThan := fs.Duration("older-than", 0, "purge: only rows older than this")
-	replayed := fs.Bool("replayed", false, "purge: only rows already replayed")
+	id := fs.Int64("id", 0, "prune: only this dead letter")
+	olderThan := fs.Duration("older-than", 0, "prune: only rows older than this")
+	replayed := fs.Bool("replayed", false, "prune: only rows already replayed")
 	asJSON := fs.Bool("json", false, "list, show: JSON (list: an array)")
-	sub, err := parseSubcommand(fs, args, "list, show, replay or purge")
+	sub, err := parseSubcommand(fs, args, "list, show, replay or prune")
 	if err != nil {
 		return err
+	}
+	if sub == "purge" {
+		sub = "prune" // its former name
 	}
 	ids, err := parseIDs(fs.Args())
 	if err != nil {
@@ -64,9 +68,9 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		return usagef("--schema: %v", err)
 	}
 	switch sub {
-	case "list", "show", "replay", "purge":
+	case "list", "show", "replay", "prune":
 	default:
-		return usagef("unknown subcommand %q: want list, show, replay or purge", sub)
+		return usagef("unknown subcommand %q: want list, show, replay or prune", sub)
 	}
 	if (sub == "show" || sub == "replay") && len(ids) == 0 {
 		return usagef("dlq %s: at least one dead letter ID is required", sub)
@@ -76,8 +80,8 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	if sub == "purge" && *id == 0 && *olderThan == 0 && !*replayed && !*all {
-		return usagef("dlq purge: say what to delete: --id, --older-than, --replayed or --all")
+	if sub == "prune" && *id == 0 && *olderThan == 0 && !*replayed && !*all {
+		return usagef("dlq prune: say what to delete: --id, --older-than, --replayed or --all")
 	}
 	pool, err := db.open(ctx)
 	if err != nil {
@@ -136,16 +140,16 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s on %s\n", dl.ID, orDash(dl.MessageID), dl.Subject, brokerName(rf.broker))
 		}
 		return failed
-	default: // purge
+	default: // prune
 		var before time.Time
 		if *olderThan > 0 {
 			before = time.Now().Add(-*olderThan)
 		}
-		n, err := store.PurgeDeadLetters(ctx, pool, inbox.PurgeFilter{Consumer: *consumer, ID: *id, Before: before, ReplayedOnly: *replayed})
+		n, err := store.PruneDeadLetters(ctx, pool, inbox.PruneFilter{Consumer: *consumer, ID: *id, Before: before, ReplayedOnly: *replayed})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "purged %d dead letters\n", n)
+		fmt.Fprintf(e.stdout, "deleted %d dead letters\n", n)
 		return nil
 	}
 }

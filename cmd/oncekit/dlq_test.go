@@ -18,7 +18,8 @@ func TestDLQUsageErrors(t *testing.T) {
 		{[]string{"dlq", "bogus"}, "unknown subcommand"},
 		{[]string{"dlq", "show"}, "at least one dead letter ID"},
 		{[]string{"dlq", "replay", "x1"}, "is not a dead letter ID"},
-		{[]string{"dlq", "purge"}, "say what to delete"},
+		{[]string{"dlq", "prune"}, "say what to delete"},
+		{[]string{"dlq", "purge"}, "say what to delete"}, // the former name
 		{[]string{"dlq", "list", "--schema", "Bad-Schema"}, "--schema"},
 		{[]string{"dlq", "list"}, "--database-url"},
 	} {

@@ -12,24 +12,27 @@ import (
 )
 
 func init() {
-	register(&command{name: "effects", summary: "list side effects, retry them, resolve unknown ones (list | retry | resolve | purge)", run: runEffects})
+	register(&command{name: "effects", summary: "list side effects, retry them, resolve unknown ones (list | retry | resolve | prune)", run: runEffects})
 }
 
 const effectsUsage = `effects list [--state S] [--kind K] [--limit N] [--after ID] [--json]
        oncekit effects retry <id>... [--by NAME] [--reason TEXT]
        oncekit effects resolve <id> confirmed|failed --by NAME --reason TEXT [--ref REF]
-       oncekit effects purge --older-than DURATION`
+       oncekit effects prune --older-than DURATION   (purge: its former name)`
 
 func runEffects(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprintf(e.stderr, "usage: oncekit %s\n", effectsUsage)
-		return usagef("missing subcommand: list, retry, resolve or purge")
+		return usagef("missing subcommand: list, retry, resolve or prune")
 	}
 	if isHelp(args[0]) {
 		fmt.Fprintf(e.stdout, "usage: oncekit %s\n\nRun `oncekit effects <subcommand> -h` for its flags.\n", effectsUsage)
 		return nil
 	}
 	sub, args := args[0], args[1:]
+	if sub == "purge" {
+		sub = "prune" // its former name
+	}
 	fs := newFlagSet(e, "effects "+sub, effectsUsage)
 	var db dbFlags
 	db.register(fs, e)
@@ -55,10 +58,10 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		by = fs.String("by", "", "who decided (required; recorded on the effect)")
 		reason = fs.String("reason", "", "why (required; recorded on the effect)")
 		ref = fs.String("ref", "", "the provider's reference, when resolving as confirmed")
-	case "purge":
+	case "prune":
 		olderThan = fs.Duration("older-than", 30*24*time.Hour, "delete confirmed and failed effects recorded longer ago than this")
 	default:
-		return usagef("unknown subcommand %q: want list, retry, resolve or purge", sub)
+		return usagef("unknown subcommand %q: want list, retry, resolve or prune", sub)
 	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -97,7 +100,7 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		if *by == "" || *reason == "" {
 			return usagef("resolve needs --by and --reason: the decision is recorded")
 		}
-	case "purge":
+	case "prune":
 		if len(pos) > 0 {
 			return usagef("unexpected argument %q", pos[0])
 		}
@@ -152,11 +155,11 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "effect %d resolved as %s by %s\n", ids[0], pos[1], *by)
 		return nil
-	default: // purge
+	default: // prune
 		var total int64
 		before := time.Now().Add(-*olderThan)
 		for {
-			n, err := ledger.Purge(ctx, pool, before, 1000)
+			n, err := ledger.Prune(ctx, pool, before, 1000)
 			total += n
 			if err != nil {
 				return err

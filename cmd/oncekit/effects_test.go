@@ -111,7 +111,10 @@ func TestEffectsCLIListRetryResolvePurge(t *testing.T) {
 
 	_, err = db.Pool.Exec(ctx, `UPDATE side_effects SET created_at = now() - interval '2 days'`)
 	require.NoError(t, err)
-	code, out, stderr = runEffectsCLI(t, db, "effects", "purge", "--older-than", "24h")
+	code, out, stderr = runEffectsCLI(t, db, "effects", "prune", "--older-than", "24h")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "deleted 1 ")
+	code, out, stderr = runEffectsCLI(t, db, "effects", "purge", "--older-than", "24h") // the former name
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "deleted 0 ")
 }

@@ -6,46 +6,47 @@ import (
 	"time"
 )
 
-// Cleanup deletes expired completed records in batches of
-// Config.CleanupBatch until none is left, and returns how many it deleted.
+// Prune runs one retention pass: it deletes expired completed records (past
+// their Route.TTL), Config.RetentionBatch rows per statement, until none is
+// left, and returns how many it deleted.
 // In-progress records are never touched, whatever their age. It also
 // refreshes the in-progress gauges.
-func (e *Edge) Cleanup(ctx context.Context) (int64, error) {
+func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	from := time.Time{} // each batch starts at the last expiry the previous one deleted
 	for {
 		var n int64
-		if err := e.db.QueryRow(ctx, e.sql.cleanup, e.cfg.CleanupBatch, from).Scan(&n, &from); err != nil {
-			return total, fmt.Errorf("idempotency: cleanup: %w", err)
+		if err := e.db.QueryRow(ctx, e.sql.prune, e.cfg.RetentionBatch, from).Scan(&n, &from); err != nil {
+			return total, fmt.Errorf("idempotency: prune: %w", err)
 		}
 		total += n
 		e.m.cleanedTotal.Add(float64(n))
-		if n < int64(e.cfg.CleanupBatch) {
+		if n < int64(e.cfg.RetentionBatch) {
 			break
 		}
 	}
 	var count int64
 	var oldest float64
 	if err := e.db.QueryRow(ctx, e.sql.inProgress).Scan(&count, &oldest); err != nil {
-		return total, fmt.Errorf("idempotency: cleanup: count in_progress: %w", err)
+		return total, fmt.Errorf("idempotency: prune: count in_progress: %w", err)
 	}
 	e.m.inProgress.Set(float64(count))
 	e.m.oldestAge.Set(oldest)
 	return total, nil
 }
 
-// Run calls Cleanup every Config.CleanupInterval until ctx ends, and then
+// Run calls Prune every Config.RetentionInterval until ctx ends, and then
 // returns nil. Errors are logged and retried at the next tick.
 func (e *Edge) Run(ctx context.Context) error {
-	t := time.NewTicker(e.cfg.CleanupInterval)
+	t := time.NewTicker(e.cfg.RetentionInterval)
 	defer t.Stop()
 	for {
-		n, err := e.Cleanup(ctx)
+		n, err := e.Prune(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			e.log.Error("idempotency: cleanup failed", "error", err)
+			e.log.Error("idempotency: prune failed", "error", err)
 		case n > 0:
-			e.log.Debug("idempotency: cleanup", "deleted", n)
+			e.log.Debug("idempotency: prune", "deleted", n)
 		}
 		select {
 		case <-ctx.Done():

@@ -12,13 +12,13 @@ import (
 	"github.com/oncekit/oncekit/idempotency"
 )
 
-// Case 10: cleanup deletes expired completed records in bounded batches and
+// Case 10: Prune deletes expired completed records in bounded batches and
 // leaves in_progress records alone, however old.
-func TestCleanup(t *testing.T) {
+func TestPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate}, &idempotency.Config{CleanupBatch: 10, Registerer: reg})
+	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate}, &idempotency.Config{RetentionBatch: 10, Registerer: reg})
 
 	// A completed record through HTTP, then aged past its expiry.
 	require.Equal(t, http.StatusCreated, h.post(t, "acme", "old", `{"amount":1}`).status)
@@ -45,7 +45,7 @@ func TestCleanup(t *testing.T) {
 		FROM generate_series(1, 25) i`)
 	require.NoError(t, err)
 
-	deleted, err := h.edge.Cleanup(ctx)
+	deleted, err := h.edge.Prune(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 26, deleted) // 25 + "old", in batches of 10
 	require.Equal(t, 0, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE state = 'completed' AND expires_at <= now()`))
@@ -64,7 +64,7 @@ func TestCleanup(t *testing.T) {
 	require.Empty(t, resp.header.Get(idempotency.HeaderReplayed))
 	require.Equal(t, runs+1, h.runs.Load())
 
-	deleted, err = h.edge.Cleanup(ctx)
+	deleted, err = h.edge.Prune(ctx)
 	require.NoError(t, err)
 	require.Zero(t, deleted)
 }
