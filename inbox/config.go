@@ -1,13 +1,14 @@
 package inbox
 
 import (
-	"fmt"
+	"cmp"
 	"log/slog"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/trace"
 )
@@ -128,60 +129,54 @@ func ExponentialBackoff(initial, max time.Duration) func(attempt int) time.Durat
 	}
 }
 
-// withDefaults fills the zero fields and validates the rest.
-func (c Config) withDefaults() (Config, error) {
+// withDefaults returns a copy of c (the zero Config if nil) with defaults
+// set.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
+	out.Concurrency = cmp.Or(out.Concurrency, 4)
+	out.BatchSize = cmp.Or(out.BatchSize, 1)
+	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
+	if out.Backoff == nil {
+		out.Backoff = ExponentialBackoff(time.Second, 5*time.Minute)
+	}
+	out.Retention = cmp.Or(out.Retention, 7*24*time.Hour)
+	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
+	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
+	out.DeadLetterRetention = cmp.Or(out.DeadLetterRetention, 7*24*time.Hour)
+	out.Logger = cmp.Or(out.Logger, slog.Default())
+	out.Propagator = trace.Or(out.Propagator)
+	return out
+}
+
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return cfgerr.New(ErrInvalidConfig, "inbox: Config."+field, format, args...)
+	}
 	if c.Name == "" {
-		return c, fmt.Errorf("%w: Name is required", ErrInvalidConfig)
+		return bad("Name", "required")
 	}
-	schema, err := pgsql.ValidateSchema(c.Schema)
-	if err != nil {
-		return c, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
+		return bad("Schema", "%w", err)
 	}
-	c.Schema = schema
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
+	switch {
+	case c.Concurrency < 0:
+		return bad("Concurrency", "%d must be positive", c.Concurrency)
+	case c.BatchSize < 0 || c.BatchSize > 1000:
+		return bad("BatchSize", "%d not in 1..1000", c.BatchSize)
+	case c.MaxAttempts < 0:
+		return bad("MaxAttempts", "%d must be positive", c.MaxAttempts)
+	case c.RetentionInterval < 0:
+		return bad("RetentionInterval", "%v must be positive", c.RetentionInterval)
+	case c.RetentionBatch < 0:
+		return bad("RetentionBatch", "%d must be positive", c.RetentionBatch)
 	}
-	if c.Concurrency < 0 {
-		return c, fmt.Errorf("%w: Concurrency must be positive", ErrInvalidConfig)
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 1
-	}
-	if c.BatchSize < 0 || c.BatchSize > 1000 {
-		return c, fmt.Errorf("%w: BatchSize must be in 1..1000", ErrInvalidConfig)
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 25
-	}
-	if c.MaxAttempts < 0 {
-		return c, fmt.Errorf("%w: MaxAttempts must be positive", ErrInvalidConfig)
-	}
-	if c.Backoff == nil {
-		c.Backoff = ExponentialBackoff(time.Second, 5*time.Minute)
-	}
-	if c.Retention == 0 {
-		c.Retention = 7 * 24 * time.Hour
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = time.Minute
-	}
-	if c.RetentionInterval < 0 {
-		return c, fmt.Errorf("%w: RetentionInterval must be positive", ErrInvalidConfig)
-	}
-	if c.RetentionBatch == 0 {
-		c.RetentionBatch = 1000
-	}
-	if c.DeadLetterRetention == 0 {
-		c.DeadLetterRetention = 7 * 24 * time.Hour
-	}
-	if c.RetentionBatch < 0 {
-		return c, fmt.Errorf("%w: RetentionBatch must be positive", ErrInvalidConfig)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	c.Propagator = trace.Or(c.Propagator)
-	return c, nil
+	return nil
 }
 
 // Horizon is how long after a message was processed a copy of it can still

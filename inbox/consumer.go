@@ -41,12 +41,8 @@ func NewConsumer(db oncekit.DB, src Source, h Handler, cfg *Config) (*Consumer, 
 	if db == nil || src == nil || h == nil {
 		return nil, fmt.Errorf("%w: db, source and handler are required", ErrInvalidConfig)
 	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
-	c, err := c.withDefaults()
-	if err != nil {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	store, err := NewStore(c.Schema)

@@ -1,0 +1,369 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// The three ways a batch runs in one transaction, chosen by runBatch:
+//
+//   - runOne: a single message, alone in its transaction;
+//   - runPlain: several messages without savepoints, rolled back at the
+//     first handler failure;
+//   - runSavepoints: several messages, each under a savepoint of its own, so
+//     that a failure undoes only itself.
+//
+// Each begins with beginTx (the transaction and the claims, one round trip)
+// and ends with commitTx (releases, dead letters, COMMIT).
+
+// txRun is one transaction of a batch under way: the claims it took and what
+// it has to write before its commit.
+type txRun struct {
+	tx      pgx.Tx
+	q       *queueTx
+	items   []*item
+	out     []outcome
+	claimed map[uuid.UUID]bool // nil when claims are off
+	seen    map[uuid.UUID]bool
+	blocked map[string]bool // ordered: keys held back by an earlier failure
+	release []uuid.UUID     // claims to give back (held back, or failed under a savepoint)
+	dead    []DeadLetter
+}
+
+// beginTx begins the transaction of items and claims their pending messages.
+// In ordered mode the messages whose key is in blocked (nil: none) wait
+// behind an earlier failure.
+func (c *Consumer) beginTx(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) (*txRun, error) {
+	tx, claimed, err := c.beginClaim(ctx, items, out)
+	if err != nil {
+		return nil, err
+	}
+	if blocked == nil {
+		blocked = map[string]bool{}
+	}
+	return &txRun{
+		tx: tx, q: newQueueTx(tx), items: items, out: out, claimed: claimed,
+		seen: make(map[uuid.UUID]bool, len(items)), blocked: blocked,
+	}, nil
+}
+
+// rollback ends the transaction whatever ctx says.
+func (r *txRun) rollback(ctx context.Context) {
+	_ = r.tx.Rollback(context.WithoutCancel(ctx))
+}
+
+// admit reports whether message i's handler is to run. A message whose
+// outcome is already set (a handler failure from a run without savepoints,
+// or a copy of it) is not claimed, and the failure is dead-lettered in this
+// transaction if that is its outcome; an undecodable message is
+// dead-lettered; a duplicate, and in ordered mode a message of a held-back
+// key, is decided here.
+func (c *Consumer) admit(r *txRun, i int) bool {
+	it := r.items[i]
+	switch o := r.out[i]; o.kind {
+	case outPending:
+	case outDead: // failed in the run before this one
+		r.dead = append(r.dead, c.deadLetter(it, o.reason))
+		return false
+	case outRetry: // failed in the run before this one
+		if it.msg.Key != "" {
+			r.blocked[it.msg.Key] = true
+		}
+		return false
+	default: // a copy of the message that failed in the run before
+		return false
+	}
+	if it.reason != "" {
+		r.out[i] = outcome{kind: outDead, reason: it.reason, kindOf: deadKind(it.reason)}
+		r.dead = append(r.dead, c.deadLetter(it, it.reason))
+		return false
+	}
+	id := it.msg.ID
+	first := !r.seen[id]
+	r.seen[id] = true
+	if r.claimed != nil && (!r.claimed[id] || !first) {
+		r.out[i] = outcome{kind: outDuplicate}
+		return false
+	}
+	if c.cfg.Ordered && r.blocked[it.msg.Key] && it.msg.Key != "" {
+		r.out[i] = outcome{kind: outSkip}
+		r.release = append(r.release, id)
+		return false
+	}
+	return true
+}
+
+// runOne runs a batch of one message. A handler failure ends the
+// transaction, and a dead letter, if that is the failure's outcome, is
+// written on its own (without the claim). An error means the transaction as
+// a whole failed.
+func (c *Consumer) runOne(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) (err error) {
+	r, err := c.beginTx(ctx, items, out, blocked)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			r.rollback(ctx)
+		}
+	}()
+	if c.admit(r, 0) {
+		it := items[0]
+		herr := c.call(ctx, r.q.on(r.tx, 0), it.msg)
+		if herr == nil {
+			// What the message queued goes now, alone.
+			herr = r.q.flush(ctx)
+		}
+		r.q.reset()
+		if herr != nil {
+			out[0] = c.failure(it, herr)
+			r.rollback(ctx)
+			if out[0].kind == outDead {
+				if _, derr := c.store.InsertDeadLetter(ctx, c.db, c.deadLetter(it, out[0].reason)); derr != nil {
+					out[0] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
+				}
+			}
+			return nil
+		}
+		out[0] = outcome{kind: outProcessed}
+	}
+	return c.commitTx(ctx, r)
+}
+
+// runPlain runs a batch of several new messages in one transaction without
+// savepoints. A handler failure, or a failure of a statement a handler
+// queued, rolls the transaction back at once: runPlain then sets the failed
+// message's outcome and returns its index with rolledBack true, and the
+// other messages' outcomes are to be discarded. An error means the
+// transaction as a whole failed.
+func (c *Consumer) runPlain(ctx context.Context, items []*item, out []outcome) (failed int, rolledBack bool, err error) {
+	r, err := c.beginTx(ctx, items, out, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() {
+		if err != nil {
+			r.rollback(ctx)
+		}
+	}()
+	for i, it := range items {
+		if !c.admit(r, i) {
+			continue
+		}
+		herr := c.call(ctx, r.q.on(r.tx, i), it.msg)
+		if r.q.failed >= 0 {
+			// A statement queued by this message or an earlier one failed
+			// when this handler sent one of its own.
+			return c.queueFailed(ctx, r), true, nil
+		}
+		if herr != nil {
+			out[i] = c.failure(it, herr)
+			r.rollback(ctx)
+			return i, true, nil
+		}
+		out[i] = outcome{kind: outProcessed}
+	}
+	if r.q.flush(ctx) != nil {
+		return c.queueFailed(ctx, r), true, nil
+	}
+	return 0, false, c.commitTx(ctx, r)
+}
+
+// runIsolated runs a batch in which a handler failure undoes only itself:
+// runOne for one message, runSavepoints for more.
+func (c *Consumer) runIsolated(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) error {
+	if len(items) == 1 {
+		return c.runOne(ctx, items, out, blocked)
+	}
+	return c.runSavepoints(ctx, items, out, blocked)
+}
+
+// runSavepoints runs a batch of several messages in one transaction, each
+// under a savepoint of its own: a failed message's writes and claim are
+// undone, its dead letter (if that is its outcome) is written, and in ordered
+// mode its key is held back for the rest of the batch. An error means the
+// transaction as a whole failed.
+func (c *Consumer) runSavepoints(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) (err error) {
+	r, err := c.beginTx(ctx, items, out, blocked)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			r.rollback(ctx)
+		}
+	}()
+	for i, it := range items {
+		if !c.admit(r, i) {
+			continue
+		}
+		sp := newSavepointTx(r.tx)
+		herr := c.call(ctx, r.q.on(sp, i), it.msg)
+		if herr == nil {
+			// What the message queued goes now, under its savepoint.
+			herr = r.q.flush(ctx)
+		}
+		r.q.reset()
+		if herr == nil {
+			out[i] = outcome{kind: outProcessed}
+			continue
+		}
+		out[i] = c.failure(it, herr)
+		if !sp.undo(ctx) {
+			return fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
+		}
+		if r.claimed != nil {
+			r.release = append(r.release, it.msg.ID)
+		}
+		if out[i].kind == outDead {
+			r.dead = append(r.dead, c.deadLetter(it, out[i].reason))
+		} else if it.msg.Key != "" {
+			r.blocked[it.msg.Key] = true
+		}
+	}
+	return c.commitTx(ctx, r)
+}
+
+// commitTx gives back the claims of messages held back or undone, writes the
+// dead letters and commits. When the commit's outcome is unknown the
+// messages are left to redelivery (outUnknown) and commitTx returns nil; an
+// error means the transaction failed and was rolled back.
+func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
+	if r.claimed != nil && len(r.release) > 0 {
+		if err := c.store.unclaimAll(ctx, r.tx, c.cfg.Name, r.release); err != nil {
+			return err
+		}
+	}
+	for _, dl := range r.dead {
+		if _, err := c.store.InsertDeadLetter(ctx, r.tx, dl); err != nil {
+			return err
+		}
+	}
+	crashpoint.Hit(CrashBeforeCommit)
+	if err := r.tx.Commit(ctx); err != nil {
+		if definiteRollback(err) {
+			return fmt.Errorf("inbox: commit: %w", err)
+		}
+		c.log.Error("inbox commit outcome unknown; leaving the messages to redelivery", "err", err, "messages", len(r.items))
+		for i := range r.out {
+			if r.out[i].kind != outDuplicate {
+				r.out[i] = outcome{kind: outUnknown, err: err}
+			}
+		}
+		return nil
+	}
+	crashpoint.Hit(CrashAfterCommit)
+	return nil
+}
+
+// queueFailed rolls back a batch run without savepoints whose queued
+// statement failed, gives the failure to the message that queued it, and
+// returns that message's index.
+func (c *Consumer) queueFailed(ctx context.Context, r *txRun) int {
+	r.rollback(ctx)
+	r.out[r.q.failed] = c.failure(r.items[r.q.failed], r.q.err)
+	return r.q.failed
+}
+
+// batchSender sends a batch of statements in one round trip; a
+// *pgxpool.Pool and a *pgx.Conn are.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// beginClaim begins the transaction and claims every valid message of items
+// whose outcome is pending, in one round trip when the database can
+// pipeline. The claims map is nil when claims are off.
+func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome) (pgx.Tx, map[uuid.UUID]bool, error) {
+	ids := make([]uuid.UUID, 0, len(items))
+	for i, it := range items {
+		if it.msg != nil && out[i].kind == outPending {
+			ids = append(ids, it.msg.ID)
+		}
+	}
+	bs, pipelined := c.db.(batchSender)
+	if c.cfg.DisableClaim || len(ids) == 0 || !pipelined {
+		tx, err := c.db.Begin(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("inbox: begin: %w", err)
+		}
+		var claimed map[uuid.UUID]bool
+		switch {
+		case c.cfg.DisableClaim:
+		case len(ids) == 0:
+			claimed = map[uuid.UUID]bool{}
+		default:
+			claimed, err = c.store.claimAll(ctx, tx, c.cfg.Name, ids)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, nil, err
+		}
+		return withUUIDCodec(tx), claimed, nil
+	}
+	// Expect new messages (a plain INSERT) unless a duplicate was seen
+	// lately; a duplicate makes the plain INSERT fail, and the claim is
+	// redone with ON CONFLICT DO NOTHING.
+	expectNew := c.conflictCooldown.Load() <= 0
+	tx, claimed, err := c.pipelinedBeginClaim(ctx, bs, ids, expectNew)
+	if err != nil && expectNew && pgsql.IsUniqueViolation(err) {
+		c.conflictCooldown.Store(conflictCooldown)
+		tx, claimed, err = c.pipelinedBeginClaim(ctx, bs, ids, false)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !expectNew && len(claimed) < len(ids) {
+		c.conflictCooldown.Store(conflictCooldown)
+	} else if !expectNew {
+		c.conflictCooldown.Add(-1)
+	}
+	return withUUIDCodec(tx), claimed, nil
+}
+
+// withUUIDCodec registers RegisterUUID's codec on tx's connection (once per
+// connection), so a handler binding msg.ID to a uuid parameter pays no text
+// round trip.
+func withUUIDCodec(tx pgx.Tx) pgx.Tx {
+	if conn := tx.Conn(); conn != nil {
+		pgsql.RegisterUUID(conn.TypeMap())
+	}
+	return tx
+}
+
+// conflictCooldown is how many transactions claim with ON CONFLICT after a
+// duplicate was seen, before trying plain INSERTs again.
+const conflictCooldown = 64
+
+func (c *Consumer) pipelinedBeginClaim(ctx context.Context, bs batchSender, ids []uuid.UUID, expectNew bool) (pgx.Tx, map[uuid.UUID]bool, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	read := c.store.queueClaims(b, c.cfg.Name, ids, expectNew)
+	br := bs.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, err := br.Exec() // BEGIN
+	var claimed map[uuid.UUID]bool
+	if err == nil {
+		claimed, err = read(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if tx != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+		return nil, nil, fmt.Errorf("inbox: begin and claim: %w", err)
+	}
+	if tx == nil {
+		return nil, nil, errors.New("inbox: begin and claim: no transaction")
+	}
+	return tx, claimed, nil
+}
