@@ -67,43 +67,6 @@ func (e Entry) State() State {
 	}
 }
 
-// listSQL selects by state ($1) at most $2 unpublished rows in publishing
-// order and $2 published ones, newest first. Published history can be large
-// (it is kept for Retention), so each partition is read through its index
-// from the cursor: forward for the rows after it, backward for the newest
-// published ones; held rows behind the cursor come from their small index.
-var listSQL = `WITH c AS (` + cursors + `),
-	want AS (SELECT $1::text AS state),
-	u AS (
-		SELECT a.* FROM c, LATERAL (
-			SELECT o.* FROM {schema}.outbox o
-			WHERE o.partition = c.part AND (o.txid, o.seq) > (c.ct, c.cs)
-			AND (SELECT state FROM want) IN ('', 'pending', 'parked')
-			AND CASE (SELECT state FROM want) WHEN 'pending' THEN o.parked_at IS NULL
-				WHEN 'parked' THEN o.parked_at IS NOT NULL ELSE true END
-			ORDER BY o.txid, o.seq LIMIT $2) a
-		UNION ALL
-		SELECT o.* FROM {schema}.outbox o JOIN c ON c.part = o.partition
-		WHERE ` + held("o") + ` AND (o.txid, o.seq) <= (c.ct, c.cs)
-		AND (SELECT state FROM want) IN ('', 'pending', 'parked')
-		AND CASE (SELECT state FROM want) WHEN 'pending' THEN o.parked_at IS NULL
-			WHEN 'parked' THEN o.parked_at IS NOT NULL ELSE true END),
-	p AS (
-		SELECT a.* FROM c, LATERAL (
-			SELECT o.* FROM {schema}.outbox o
-			WHERE o.partition = c.part AND (o.txid, o.seq) <= (c.ct, c.cs) AND NOT ` + held("o") + `
-			AND (SELECT state FROM want) IN ('', 'published')
-			ORDER BY o.txid DESC, o.seq DESC LIMIT $2) a)
-	SELECT * FROM (
-	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END AS size, headers, created_at,
-		attempts, next_attempt_at, coalesce(last_error, '') AS last_error, parked_at, false AS published
-	FROM u ORDER BY txid, seq LIMIT $2) u
-	UNION ALL
-	SELECT * FROM (
-	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END, headers, created_at,
-		attempts, next_attempt_at, '', parked_at, true
-	FROM p ORDER BY txid DESC, seq DESC LIMIT $2) p`
-
 // List returns outbox messages: pending and parked ones in publishing order
 // (oldest first), then published ones (newest first), at most Limit of each.
 func (o *Outbox) List(ctx context.Context, q oncekit.Querier, opts ListOptions) ([]Entry, error) {
@@ -115,7 +78,7 @@ func (o *Outbox) List(ctx context.Context, q oncekit.Querier, opts ListOptions) 
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	rows, err := q.Query(ctx, o.listSQL, string(opts.State), opts.Limit)
+	rows, err := q.Query(ctx, o.sql.list, string(opts.State), opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}
@@ -130,11 +93,6 @@ func (o *Outbox) List(ctx context.Context, q oncekit.Querier, opts ListOptions) 
 		return e, err
 	})
 }
-
-// unparkSQL makes parked rows due at once ('-infinity'): they stay held, so
-// that a row behind its partition's cursor is not taken for published.
-const unparkSQL = `UPDATE {schema}.outbox SET parked_at = NULL, next_attempt_at = '-infinity', attempts = 0
-	WHERE parked_at IS NOT NULL AND ($1::boolean OR id = ANY($2::uuid[]))`
 
 // Unpark releases the parked messages ids so that the relay tries them again
 // with a fresh attempt count, and wakes listening relays. It returns how many
@@ -152,12 +110,12 @@ func (o *Outbox) UnparkAll(ctx context.Context, q oncekit.Querier) (int64, error
 }
 
 func (o *Outbox) unpark(ctx context.Context, q oncekit.Querier, all bool, ids []uuid.UUID) (int64, error) {
-	tag, err := q.Exec(ctx, o.unparkSQL, all, ids)
+	tag, err := q.Exec(ctx, o.sql.unpark, all, ids)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: unpark: %w", err)
 	}
 	if tag.RowsAffected() > 0 {
-		if _, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, o.channel, notifyAll); err != nil {
+		if _, err := q.Exec(ctx, o.sql.notifyAll, o.channel, notifyAll); err != nil {
 			return tag.RowsAffected(), fmt.Errorf("outbox: unpark: notify: %w", err)
 		}
 	}

@@ -61,12 +61,7 @@ type Outbox struct {
 	notify     bool
 	prop       trace.Propagator
 	channel    string
-	insertSQL  string
-	listSQL    string
-	unparkSQL  string
-	backlogSQL string
-	// backlogByPartitionSQL serves BacklogByPartition.
-	backlogByPartitionSQL string
+	sql        outboxSQL
 }
 
 // EnqueueResult says what Enqueue did.
@@ -91,16 +86,12 @@ func New(cfg *Config) (*Outbox, error) {
 	}
 	schema := c.Schema
 	return &Outbox{
-		partitions:            c.Partitions,
-		maxPayload:            c.MaxPayload,
-		notify:                c.Notify,
-		prop:                  trace.Or(c.Propagator),
-		channel:               NotifyChannel(schema),
-		insertSQL:             pgsql.Render(insertSQL, schema),
-		listSQL:               pgsql.Render(listSQL, schema),
-		unparkSQL:             pgsql.Render(unparkSQL, schema),
-		backlogSQL:            pgsql.Render(backlogSQL, schema),
-		backlogByPartitionSQL: pgsql.Render(backlogByPartitionSQL, schema),
+		partitions: c.Partitions,
+		maxPayload: c.MaxPayload,
+		notify:     c.Notify,
+		prop:       trace.Or(c.Propagator),
+		channel:    NotifyChannel(schema),
+		sql:        renderOutboxSQL(schema),
 	}, nil
 }
 
@@ -135,15 +126,6 @@ func (c *Config) validate() error {
 }
 
 const maxPartitions = 4096
-
-const insertSQL = `
-INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, headers)
-SELECT m.id, m.partition, m.key, m.subject, m.payload, m.headers::jsonb
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bytea[], $6::text[])
-	WITH ORDINALITY AS m(id, partition, key, subject, payload, headers, ord)
-ORDER BY m.ord
-ON CONFLICT (id) DO NOTHING
-RETURNING id`
 
 // Enqueue writes msgs into the outbox within tx, in order: messages with the
 // same Key are published in the order of their transactions' commits and,
@@ -193,7 +175,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 			headers[i] = &s
 		}
 	}
-	rows, err := tx.Query(ctx, o.insertSQL, rawIDs, parts, keys, subjects, payloads, headers)
+	rows, err := tx.Query(ctx, o.sql.insert, rawIDs, parts, keys, subjects, payloads, headers)
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("outbox: insert: %w", err)
 	}
@@ -217,7 +199,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 	}
 	if o.notify && len(inserted) > 0 {
 		// PostgreSQL folds identical notifications of one transaction into one.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, o.channel); err != nil {
+		if _, err := tx.Exec(ctx, o.sql.notify, o.channel); err != nil {
 			return res, fmt.Errorf("outbox: notify: %w", err)
 		}
 	}

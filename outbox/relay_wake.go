@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -132,7 +130,7 @@ func (r *Relay) listen(ctx context.Context) error {
 	}
 	// The connection carries LISTEN state: never hand it back to the pool.
 	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.ch}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, r.sql.listen); err != nil {
 		return err
 	}
 	r.probeNow() // catch up on anything written while not listening

@@ -1,6 +1,138 @@
 package outbox
 
-import "github.com/oncekit/oncekit/internal/pgsql"
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+// Every statement of the package is here: the Outbox's (outboxSQL: Enqueue,
+// List, Unpark, Backlog) and the Relay's (relaySQL), each rendered once for
+// a schema.
+
+// The state of a row follows from its partition's cursor in
+// relay_partitions (migration 005): a row is published when it is at or
+// before the cursor, (txid, seq) <= (cursor_txid, cursor_seq), and not held.
+// Held rows wait for a retry, are parked, or follow a blocked row of their
+// key. Everything else, after the cursor, is pending. A partition without a
+// relay_partitions row has never been read: its cursor is before everything.
+
+// held is true for a row that waits for a retry, is parked, or follows a
+// blocked row of its key. It is the predicate of the partial index
+// outbox_blocked, spelt the same way so that the planner uses the index.
+func held(alias string) string {
+	return "(" + alias + ".parked_at IS NOT NULL OR " + alias + ".next_attempt_at IS NOT NULL)"
+}
+
+// cursors lists every partition that has rows (up to the highest one, found
+// at the end of the index outbox_pending) with its cursor as (part, ct, cs).
+// The partitions come from an array: the planner takes a generate_series
+// whose bound is a subquery for 1,000 rows, which prices the per-partition
+// scans far higher than they are.
+const cursors = `SELECT g.part, coalesce(p.cursor_txid, '2') AS ct, coalesce(p.cursor_seq, 0) AS cs
+	FROM unnest(ARRAY(SELECT generate_series(0, (SELECT max(partition) FROM {schema}.outbox)))) AS g(part)
+	LEFT JOIN {schema}.relay_partitions p ON p.partition = g.part`
+
+// outboxSQL holds the Outbox's statements, rendered once for a schema.
+type outboxSQL struct {
+	insert, list, unpark, backlog, backlogByPartition string
+	notify, notifyAll                                 string
+}
+
+func renderOutboxSQL(schema string) outboxSQL {
+	q := outboxSQL{
+		insert:             insertSQL,
+		list:               listSQL,
+		unpark:             unparkSQL,
+		backlog:            backlogSQL,
+		backlogByPartition: backlogByPartitionSQL,
+		// Wake listening relays: Enqueue's empty payload, Unpark's
+		// notifyAll.
+		notify:    `SELECT pg_notify($1, '')`,
+		notifyAll: `SELECT pg_notify($1, $2)`,
+	}
+	for _, p := range []*string{&q.insert, &q.list, &q.unpark, &q.backlog, &q.backlogByPartition} {
+		*p = pgsql.Render(*p, schema)
+	}
+	return q
+}
+
+const insertSQL = `
+INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, headers)
+SELECT m.id, m.partition, m.key, m.subject, m.payload, m.headers::jsonb
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bytea[], $6::text[])
+	WITH ORDINALITY AS m(id, partition, key, subject, payload, headers, ord)
+ORDER BY m.ord
+ON CONFLICT (id) DO NOTHING
+RETURNING id`
+
+// listSQL selects by state ($1) at most $2 unpublished rows in publishing
+// order and $2 published ones, newest first. Published history can be large
+// (it is kept for Retention), so each partition is read through its index
+// from the cursor: forward for the rows after it, backward for the newest
+// published ones; held rows behind the cursor come from their small index.
+var listSQL = `WITH c AS (` + cursors + `),
+	want AS (SELECT $1::text AS state),
+	u AS (
+		SELECT a.* FROM c, LATERAL (
+			SELECT o.* FROM {schema}.outbox o
+			WHERE o.partition = c.part AND (o.txid, o.seq) > (c.ct, c.cs)
+			AND (SELECT state FROM want) IN ('', 'pending', 'parked')
+			AND CASE (SELECT state FROM want) WHEN 'pending' THEN o.parked_at IS NULL
+				WHEN 'parked' THEN o.parked_at IS NOT NULL ELSE true END
+			ORDER BY o.txid, o.seq LIMIT $2) a
+		UNION ALL
+		SELECT o.* FROM {schema}.outbox o JOIN c ON c.part = o.partition
+		WHERE ` + held("o") + ` AND (o.txid, o.seq) <= (c.ct, c.cs)
+		AND (SELECT state FROM want) IN ('', 'pending', 'parked')
+		AND CASE (SELECT state FROM want) WHEN 'pending' THEN o.parked_at IS NULL
+			WHEN 'parked' THEN o.parked_at IS NOT NULL ELSE true END),
+	p AS (
+		SELECT a.* FROM c, LATERAL (
+			SELECT o.* FROM {schema}.outbox o
+			WHERE o.partition = c.part AND (o.txid, o.seq) <= (c.ct, c.cs) AND NOT ` + held("o") + `
+			AND (SELECT state FROM want) IN ('', 'published')
+			ORDER BY o.txid DESC, o.seq DESC LIMIT $2) a)
+	SELECT * FROM (
+	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END AS size, headers, created_at,
+		attempts, next_attempt_at, coalesce(last_error, '') AS last_error, parked_at, false AS published
+	FROM u ORDER BY txid, seq LIMIT $2) u
+	UNION ALL
+	SELECT * FROM (
+	SELECT seq, id, partition, ordering_key, subject, CASE WHEN txid <> '1' THEN length(payload) END, headers, created_at,
+		attempts, next_attempt_at, '', parked_at, true
+	FROM p ORDER BY txid DESC, seq DESC LIMIT $2) p`
+
+// unparkSQL makes parked rows due at once ('-infinity'): they stay held, so
+// that a row behind its partition's cursor is not taken for published.
+const unparkSQL = `UPDATE {schema}.outbox SET parked_at = NULL, next_attempt_at = '-infinity', attempts = 0
+	WHERE parked_at IS NOT NULL AND ($1::boolean OR id = ANY($2::uuid[]))`
+
+// unpublishedSQL is, per partition, the count of unpublished, unparked
+// rows and the oldest one's created_at (u: part, n, oldest): the rows after
+// each partition's cursor (an index range scan per partition, forced by the
+// aggregate in LATERAL, so the history behind the cursor is never read), and
+// the held rows behind it (from the small index outbox_blocked).
+var unpublishedSQL = `WITH c AS (` + cursors + `),
+	u AS (
+		SELECT c.part, a.n, a.oldest FROM c, LATERAL (
+			SELECT count(*) AS n, min(o.created_at) AS oldest FROM {schema}.outbox o
+			WHERE o.partition = c.part AND (o.txid, o.seq) > (c.ct, c.cs) AND o.parked_at IS NULL) a
+		UNION ALL
+		SELECT o.partition, count(*), min(o.created_at) FROM {schema}.outbox o JOIN c ON c.part = o.partition
+		WHERE ` + held("o") + ` AND o.parked_at IS NULL AND (o.txid, o.seq) <= (c.ct, c.cs)
+		GROUP BY o.partition)`
+
+// backlogSQL counts the unpublished, unparked rows and gives the age in
+// seconds of the oldest (0 when there is none).
+var backlogSQL = unpublishedSQL + `
+	SELECT coalesce(sum(n), 0)::bigint, coalesce(extract(epoch FROM now() - min(oldest)), 0)::float8 FROM u`
+
+// backlogByPartitionSQL is backlogSQL per partition, partitions without
+// backlog left out.
+var backlogByPartitionSQL = unpublishedSQL + `
+	SELECT part, sum(n)::bigint, coalesce(extract(epoch FROM now() - min(oldest)), 0)::float8 FROM u
+	GROUP BY part HAVING sum(n) > 0 ORDER BY part`
 
 // relaySQL holds the relay's statements, rendered once for a schema.
 type relaySQL struct {
@@ -9,6 +141,7 @@ type relaySQL struct {
 	probe, fetch, fetchMain, advance, settle       string
 	prune                                          string
 	oldest, parked                                 string
+	listen                                         string
 }
 
 func renderRelaySQL(schema string) relaySQL {
@@ -198,6 +331,7 @@ func renderRelaySQL(schema string) relaySQL {
 		oldest: backlogSQL,
 		parked: `SELECT count(*) FROM {schema}.outbox o WHERE o.parked_at IS NOT NULL AND ` + held("o"),
 	}
+	q.listen = "LISTEN " + pgx.Identifier{NotifyChannel(schema)}.Sanitize()
 	for _, p := range []*string{
 		&q.ensurePartitions, &q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
 		&q.removeNode, &q.probe, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.prune, &q.oldest, &q.parked,

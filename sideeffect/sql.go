@@ -2,7 +2,23 @@ package sideeffect
 
 import "github.com/oncekit/oncekit/internal/pgsql"
 
-// statements holds every SQL statement, rendered once for the schema.
+// genericPlan makes the rest of the implicit transaction it runs in use
+// generic plans for prepared statements. The dispatcher's statements take
+// arrays and a LIMIT as parameters, so PostgreSQL's default (plan_cache_mode
+// auto) judges a custom plan cheaper and plans every execution again: about
+// 0.2–0.5 ms of backend CPU per statement, as much as executing a claim of 30
+// rows. The generic plans are the same plans (index scan on the due index,
+// TID scan, primary-key nested loop), built once per connection.
+//
+// Sorts are off for the same statement: a claim reads the due index in its
+// order and stops after LIMIT rows. The index also holds the rows in flight
+// (a claim leaves a row at its due time), so a planner without statistics
+// on how few of its rows are pending (none yet, or stale ones) prefers to
+// read every due row and sort them, for each claim: ten times the CPU of
+// the ordered scan, measured on 20,000 effects.
+const genericPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_sort', 'off', true)`
+
+// statements holds every other SQL statement, rendered once for the schema.
 type statements struct {
 	insert, selectBySource               string
 	sync, refire, reconcile, markUnknown string
