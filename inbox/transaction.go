@@ -59,6 +59,14 @@ func (r *txRun) rollback(ctx context.Context) {
 	_ = r.tx.Rollback(context.WithoutCancel(ctx))
 }
 
+// rollbackOn rolls the transaction back when *err is set: a mode's deferred
+// call, for the errors that leave its transaction open.
+func (r *txRun) rollbackOn(ctx context.Context, err *error) {
+	if *err != nil {
+		r.rollback(ctx)
+	}
+}
+
 // admit reports whether message i's handler is to run. A message whose
 // outcome is already set (a handler failure from a run without savepoints,
 // or a copy of it) is not claimed, and the failure is dead-lettered in this
@@ -109,11 +117,7 @@ func (c *Consumer) runOne(ctx context.Context, items []*item, out []outcome, blo
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			r.rollback(ctx)
-		}
-	}()
+	defer r.rollbackOn(ctx, &err)
 	if c.admit(r, 0) {
 		it := items[0]
 		herr := c.call(ctx, r.q.on(r.tx, 0), it.msg)
@@ -148,11 +152,7 @@ func (c *Consumer) runPlain(ctx context.Context, items []*item, out []outcome) (
 	if err != nil {
 		return 0, false, err
 	}
-	defer func() {
-		if err != nil {
-			r.rollback(ctx)
-		}
-	}()
+	defer r.rollbackOn(ctx, &err)
 	for i, it := range items {
 		if !c.admit(r, i) {
 			continue
@@ -195,11 +195,7 @@ func (c *Consumer) runSavepoints(ctx context.Context, items []*item, out []outco
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			r.rollback(ctx)
-		}
-	}()
+	defer r.rollbackOn(ctx, &err)
 	for i, it := range items {
 		if !c.admit(r, i) {
 			continue
