@@ -123,7 +123,25 @@ func (w *relayWorld) waitStream(b *testing.B, n int, within time.Duration) {
 		if time.Now().After(deadline) {
 			b.Fatalf("stream did not reach %d messages within %v (err %v)", n, within, err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // polling, with a deadline
+	}
+}
+
+// waitLeases waits until live relays hold n partitions.
+func (w *relayWorld) waitLeases(b *testing.B, n int, within time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var held int
+		err := w.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM relay_partitions WHERE owner IS NOT NULL AND expires_at > now()`).Scan(&held)
+		if err == nil && held >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("relays hold %d partitions, not %d, after %v (err %v)", held, n, within, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling, with a deadline
 	}
 }
 

@@ -149,7 +149,7 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, pub br
 		if left.Pending == 0 {
 			break
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // polling the backlog, inside the measurement
 	}
 	elapsed := time.Since(start)
 	w.cpu = processCPU() - cpu0
@@ -352,8 +352,8 @@ func relayLatencyOn(b *testing.B, w *relayWorld, rate, secs int, notify bool) []
 		}
 		storedCh <- got
 	}()
-	// Give the relay a moment to take its partitions before the clock starts.
-	time.Sleep(500 * time.Millisecond)
+	// The clock starts once the relay holds its partitions.
+	w.waitLeases(b, outbox.DefaultPartitions, 30*time.Second)
 
 	var mu sync.Mutex
 	committed := make(map[string]time.Time, total)
@@ -367,7 +367,7 @@ func relayLatencyOn(b *testing.B, w *relayWorld, rate, secs int, notify bool) []
 			defer wg.Done()
 			for j := wr; j < total; j += writers {
 				if d := time.Until(start.Add(time.Duration(j) * interval)); d > 0 {
-					time.Sleep(d)
+					time.Sleep(d) // pacing the writers at rate, not a wait for state
 				}
 				m := relayEvents(w.subject+".x", 1)[0]
 				err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {

@@ -85,11 +85,15 @@ func TestLargeBatchRunsAgainInParts(t *testing.T) {
 	var failing atomic.Value      // the message that failed: the first to run in a batch of more than 64
 	var afterFailure atomic.Int64 // most claims a transaction held after the failure
 	var first sync.Once
+	var cons atomic.Pointer[inbox.Consumer]
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		// Hold the first batch until every message reached the consumer
-		// (and a little more, for the source to hand them over), so that
-		// the next batch takes all the rest.
-		first.Do(func() { waitDelivered(t, b, n); time.Sleep(200 * time.Millisecond) })
+		// Hold the first batch until the source has handed every message
+		// over to the consumer, so that the next batch takes all the rest.
+		first.Do(func() {
+			waitDelivered(t, b, n)
+			require.Eventually(t, func() bool { c := cons.Load(); return c != nil && inbox.InHand(c) == n },
+				30*time.Second, 10*time.Millisecond, "the consumer holds every message")
+		})
 		var held int64
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE xmin = xid(pg_current_xact_id())`).Scan(&held); err != nil {
 			return err
@@ -108,6 +112,7 @@ func TestLargeBatchRunsAgainInParts(t *testing.T) {
 	cfg.BatchSize = n
 	cfg.Concurrency = 1
 	c := b.start(b.source("d", 5*time.Second), h, cfg)
+	cons.Store(c)
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == n })
 	require.NotNil(t, failing.Load(), "a batch of more than 64 ran")
 	require.Equal(t, inbox.Stats{Processed: n, Retried: 1}, c.Stats())

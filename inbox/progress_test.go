@@ -26,7 +26,7 @@ func TestSlowHandlerKeepsMessagesInProgress(t *testing.T) {
 			b := setup(t)
 			const ackWait = time.Second
 			h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-				time.Sleep(3 * ackWait / 2)
+				time.Sleep(3 * ackWait / 2) // a handler slower than AckWait on purpose, not a wait for state
 				return insertEffect(ctx, tx, msg)
 			})
 			cfg := b.config("c")
@@ -43,6 +43,7 @@ func TestSlowHandlerKeepsMessagesInProgress(t *testing.T) {
 			waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 3 })
 			// A copy redelivered during the run would be settled right
 			// after its original: give one more AckWait for it to show.
+			// Time passes on purpose: the state looked for must not come.
 			time.Sleep(ackWait)
 			require.Zero(t, c.Stats().Duplicates, "no message was redelivered")
 			require.Equal(t, want, b.effects())
