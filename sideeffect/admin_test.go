@@ -61,9 +61,10 @@ func TestOperatorRetryAndResolve(t *testing.T) {
 	require.True(t, errors.Is(err, sideeffect.ErrWrongState), "pending cannot be retried: %v", err)
 }
 
-func TestPruneDeletesOldTerminalRowsInBatches(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+// settledEffects records 25 effects of kind "old", 24 of them confirmed 40
+// days ago and one unknown, and 5 of kind "new" confirmed now.
+func settledEffects(t *testing.T, b *bundle) {
+	t.Helper()
 	ctx := context.Background()
 	b.record(t, "old", 25)
 	b.record(t, "new", 5)
@@ -74,6 +75,13 @@ func TestPruneDeletesOldTerminalRowsInBatches(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.db.Pool.Exec(ctx, `UPDATE side_effects SET state = 'confirmed' WHERE kind = 'new'`)
 	require.NoError(t, err)
+}
+
+func TestPruneDeletesOldTerminalRowsInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	settledEffects(t, b)
 
 	before := time.Now().Add(-30 * 24 * time.Hour)
 	n, err := b.ledger.Prune(ctx, b.db.Pool, before, 10)
@@ -93,12 +101,7 @@ func TestDispatcherPruneDeletesPastRetentionInBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.record(t, "old", 25)
-	b.record(t, "new", 5)
-	_, err := b.db.Pool.Exec(ctx, `UPDATE side_effects SET state = 'confirmed', created_at = now() - interval '40 days' WHERE kind = 'old'`)
-	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `UPDATE side_effects SET state = 'confirmed' WHERE kind = 'new'`)
-	require.NoError(t, err)
+	settledEffects(t, b)
 
 	cfg := fastConfig(b)
 	cfg.RetentionBatch = 10
@@ -106,8 +109,9 @@ func TestDispatcherPruneDeletesPastRetentionInBatches(t *testing.T) {
 	require.NoError(t, err)
 	n, err := d.Prune(ctx)
 	require.NoError(t, err)
-	require.Equal(t, int64(25), n, "every batch until one deletes fewer than RetentionBatch")
+	require.Equal(t, int64(24), n, "every batch until one deletes fewer than RetentionBatch")
 	require.Equal(t, 5, b.countState(t, sideeffect.StateConfirmed), "rows within Retention stay")
+	require.Equal(t, 1, b.countState(t, sideeffect.StateUnknown), "unknown rows are never pruned")
 
 	cfg.Retention = -1
 	d, err = sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"old": hook(newReceiver(t), nil)}, cfg)
