@@ -368,9 +368,16 @@ func (d *Dispatcher) startBy() time.Time {
 
 // claim runs one recovery statement (refire or reconcile) for n reserved
 // slots and queues the rows it returns, giving back the slots it did not
-// fill.
+// fill. Slots given back wake the sync loop: it may have found too few free
+// slots to claim while recovery held them, and finished calls, its only
+// other wake, may all be over (recovery usually finds no expired lease).
 func (d *Dispatcher) claim(ctx context.Context, query string, kinds []string, n int, lookup bool, jobs chan<- job) (got int, err error) {
-	defer func() { d.inflight.Add(int64(got - n)) }()
+	defer func() {
+		d.inflight.Add(int64(got - n))
+		if got < n {
+			d.signal()
+		}
+	}()
 	if len(kinds) == 0 || n <= 0 {
 		return 0, nil
 	}
