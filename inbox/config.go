@@ -66,7 +66,13 @@ type Config struct {
 	// Defaults to false.
 	DisableOrderGate bool
 	// MaxAttempts is the delivery attempt after whose failure a message is
-	// dead-lettered. Defaults to 25.
+	// dead-lettered. Attempts are the broker's delivery count, so crashes
+	// and restarts that redeliver a message count too. A failure that is
+	// PostgreSQL's rather than the message's (a lost or refused connection,
+	// a server shutting down or starting, too many connections, a
+	// serialization failure or deadlock) is never dead-lettered: the
+	// message is retried until it succeeds or fails on its own account.
+	// Defaults to 25.
 	MaxAttempts int
 	// Backoff returns the delay before redelivering a message whose
 	// attempt-th delivery failed. Defaults to ExponentialBackoff(time.Second,

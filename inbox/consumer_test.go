@@ -3,7 +3,9 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -518,4 +520,28 @@ func waitDelivered(t *testing.T, b *bundle, n int) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling, with a deadline
 	}
+}
+
+// A failure that is PostgreSQL's (here a connection cut mid-statement) is
+// retried past MaxAttempts: an outage never dead-letters a message.
+func TestTransientFailuresAreNeverDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if calls.Add(1) <= 4 {
+			return fmt.Errorf("insert ledger entry: %w", io.ErrUnexpectedEOF)
+		}
+		return insertEffect(ctx, tx, msg)
+	})
+	cfg := b.config("c")
+	cfg.MaxAttempts = 2
+	cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	m := b.msg("", 1)
+	b.publish(m)
+	c := b.start(b.source("d", 5*time.Second), h, cfg)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 })
+	require.Zero(t, c.Stats().DeadLettered)
+	require.Equal(t, 0, b.count(`SELECT count(*) FROM dead_letters`))
+	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
 }

@@ -51,10 +51,14 @@ func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error
 }
 
 // failure decides what a handler error means for it: dead letter or retry.
+// A transient failure (PostgreSQL's, not the message's) is retried however
+// many attempts the message has had.
 func (c *Consumer) failure(it *item, err error) outcome {
 	switch {
 	case IsPermanent(err):
 		return outcome{kind: outDead, reason: err.Error(), kindOf: "permanent", err: err}
+	case transient(err):
+		return outcome{kind: outRetry, err: err}
 	case it.attempt >= c.cfg.MaxAttempts:
 		return outcome{kind: outDead, reason: reasonMaxAttempts + err.Error(), kindOf: "max_attempts", err: err}
 	default:
