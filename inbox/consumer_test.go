@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -522,15 +521,17 @@ func waitDelivered(t *testing.T, b *bundle, n int) {
 	}
 }
 
-// A failure that is PostgreSQL's (here a connection cut mid-statement) is
-// retried past MaxAttempts: an outage never dead-letters a message.
+// A failure that is PostgreSQL's (here the handler's connection is
+// terminated under it) is retried past MaxAttempts: an outage never
+// dead-letters a message.
 func TestTransientFailuresAreNeverDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		if calls.Add(1) <= 4 {
-			return fmt.Errorf("insert ledger entry: %w", io.ErrUnexpectedEOF)
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			return fmt.Errorf("insert ledger entry: %w", err)
 		}
 		return insertEffect(ctx, tx, msg)
 	})

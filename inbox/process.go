@@ -50,14 +50,15 @@ func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error
 	return c.h.Handle(ctx, tx, msg)
 }
 
-// failure decides what a handler error means for it: dead letter or retry.
+// failure decides what a handler error in tx means for it: dead letter or
+// retry.
 // A transient failure (PostgreSQL's, not the message's) is retried however
 // many attempts the message has had.
-func (c *Consumer) failure(it *item, err error) outcome {
+func (c *Consumer) failure(tx pgx.Tx, it *item, err error) outcome {
 	switch {
 	case IsPermanent(err):
 		return outcome{kind: outDead, reason: err.Error(), kindOf: "permanent", err: err}
-	case transient(err):
+	case transient(tx, err):
 		return outcome{kind: outRetry, err: err}
 	case it.attempt >= c.cfg.MaxAttempts:
 		return outcome{kind: outDead, reason: reasonMaxAttempts + err.Error(), kindOf: "max_attempts", err: err}

@@ -127,7 +127,7 @@ func (c *Consumer) runOne(ctx context.Context, items []*item, out []outcome, blo
 		}
 		r.q.reset()
 		if herr != nil {
-			out[0] = c.failure(it, herr)
+			out[0] = c.failure(r.tx, it, herr)
 			r.rollback(ctx)
 			if out[0].kind == outDead {
 				if _, derr := c.store.InsertDeadLetter(ctx, c.db, c.deadLetter(it, out[0].reason)); derr != nil {
@@ -164,7 +164,7 @@ func (c *Consumer) runPlain(ctx context.Context, items []*item, out []outcome) (
 			return c.queueFailed(ctx, r), true, nil
 		}
 		if herr != nil {
-			out[i] = c.failure(it, herr)
+			out[i] = c.failure(r.tx, it, herr)
 			r.rollback(ctx)
 			return i, true, nil
 		}
@@ -211,7 +211,7 @@ func (c *Consumer) runSavepoints(ctx context.Context, items []*item, out []outco
 			out[i] = outcome{kind: outProcessed}
 			continue
 		}
-		out[i] = c.failure(it, herr)
+		out[i] = c.failure(r.tx, it, herr)
 		if !sp.undo(ctx) {
 			return fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
 		}
@@ -264,7 +264,7 @@ func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
 // returns that message's index.
 func (c *Consumer) queueFailed(ctx context.Context, r *txRun) int {
 	r.rollback(ctx)
-	r.out[r.q.failed] = c.failure(r.items[r.q.failed], r.q.err)
+	r.out[r.q.failed] = c.failure(r.tx, r.items[r.q.failed], r.q.err)
 	return r.q.failed
 }
 

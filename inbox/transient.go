@@ -2,18 +2,29 @@ package inbox
 
 import (
 	"errors"
-	"io"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// transient reports whether err is PostgreSQL's failure rather than the
-// message's: the connection was lost or refused, the server is shutting
-// down or starting, it has no connection to spare, or the transaction lost
-// a serialization conflict or a deadlock. Such a failure says nothing about
-// the message, so it never counts towards dead-lettering: the message is
-// tried again until it succeeds or fails on its own account.
-func transient(err error) bool {
+// transient reports whether a handler's failure in tx is PostgreSQL's
+// rather than the message's: the transaction's connection was lost (a cut
+// connection surfaces as a bare "unexpected EOF", so the connection's state
+// is the evidence, not the error's text), or the error says the connection
+// failed or was refused, the server is shutting down or starting, it has no
+// connection to spare, or the transaction lost a serialization conflict or
+// a deadlock. Such a failure says nothing about the message, so it never
+// counts towards dead-lettering: the message is tried again until it
+// succeeds or fails on its own account.
+func transient(tx pgx.Tx, err error) bool {
+	if tx != nil && tx.Conn() != nil && tx.Conn().IsClosed() {
+		return true
+	}
+	return transientErr(err)
+}
+
+// transientErr is transient's judgement of the error alone.
+func transientErr(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
@@ -31,6 +42,5 @@ func transient(err error) bool {
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &connErr) ||
 		errors.Is(err, pgconn.ErrConnClosed) ||
-		errors.Is(err, io.ErrUnexpectedEOF) ||
 		pgconn.SafeToRetry(err)
 }

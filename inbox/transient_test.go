@@ -17,7 +17,7 @@ func TestTransientFailures(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{"connection cut mid-statement", fmt.Errorf("insert ledger: %w", io.ErrUnexpectedEOF), true},
+		{"the handler's own unexpected EOF", fmt.Errorf("read attachment: %w", io.ErrUnexpectedEOF), false},
 		{"closed connection", fmt.Errorf("x: %w", pgconn.ErrConnClosed), true},
 		{"server shutting down", &pgconn.PgError{Code: "57P01"}, true},
 		{"server starting", fmt.Errorf("x: %w", &pgconn.PgError{Code: "57P03"}), true},
@@ -28,6 +28,6 @@ func TestTransientFailures(t *testing.T) {
 		{"syntax error", &pgconn.PgError{Code: "42601"}, false},
 		{"the handler's own error", errors.New("amount must be positive"), false},
 	} {
-		require.Equal(t, tc.want, transient(tc.err), tc.name)
+		require.Equal(t, tc.want, transient(nil, tc.err), tc.name)
 	}
 }
