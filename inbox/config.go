@@ -70,9 +70,10 @@ type Config struct {
 	// and restarts that redeliver a message count too. A failure that is
 	// PostgreSQL's rather than the message's (a lost or refused connection,
 	// a server shutting down or starting, too many connections, a
-	// serialization failure or deadlock) is never dead-lettered: the
-	// message is retried until it succeeds or fails on its own account.
-	// Defaults to 25.
+	// serialization failure or deadlock) is not dead-lettered: the message
+	// is retried until it succeeds or fails on its own account, or until
+	// the source's last delivery (a finite MaxDeliver), where a dead letter
+	// keeps what the broker would otherwise drop. Defaults to 25.
 	MaxAttempts int
 	// Backoff returns the delay before redelivering a message whose
 	// attempt-th delivery failed. Defaults to ExponentialBackoff(time.Second,

@@ -29,6 +29,7 @@ type Consumer struct {
 	retried, dead, heldBack atomic.Int64
 	running                 atomic.Bool
 	ackWait                 atomic.Int64 // the source's, learnt at start: how often to signal progress
+	maxDeliver              atomic.Int64 // the source's, learnt at start (0: unlimited)
 	inHand                  *inHand      // received, not yet settled: kept in progress at the broker
 
 	conflictCooldown atomic.Int64 // > 0: claim with ON CONFLICT (a duplicate was seen lately)
@@ -96,6 +97,7 @@ func (c *Consumer) CheckRetention(ctx context.Context) error {
 		return fmt.Errorf("inbox: read source limits: %w", err)
 	}
 	c.ackWait.Store(int64(l.AckWait))
+	c.maxDeliver.Store(int64(max(l.MaxDeliver, 0)))
 	if l.MaxDeliver > 0 && l.MaxDeliver <= c.cfg.MaxAttempts {
 		return fmt.Errorf("%w: MaxAttempts %d must be below the source's MaxDeliver %d, or the broker stops redelivering before the consumer dead-letters",
 			ErrInvalidConfig, c.cfg.MaxAttempts, l.MaxDeliver)

@@ -546,3 +546,30 @@ func TestTransientFailuresAreNeverDeadLettered(t *testing.T) {
 	require.Equal(t, 0, b.count(`SELECT count(*) FROM dead_letters`))
 	require.Equal(t, map[uuid.UUID]int{m.ID: 1}, b.effects())
 }
+
+// On the source's last delivery (a finite MaxDeliver) even a transient
+// failure is dead-lettered: the broker would drop the message otherwise.
+func TestTransientFailureOnLastDeliveryIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+		return fmt.Errorf("insert ledger entry: %w", err)
+	})
+	src, err := natsjs.NewSource(context.Background(), b.nats.JS, &natsjs.SourceConfig{
+		Stream: b.stream, Durable: "d", AckWait: 5 * time.Second, MaxDeliver: 4,
+	})
+	require.NoError(t, err)
+	t.Cleanup(src.Close)
+	cfg := b.config("c")
+	cfg.MaxAttempts = 2
+	cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	m := b.msg("", 1)
+	b.publish(m)
+	c := b.start(src, h, cfg)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.DeadLettered == 1 })
+	var attempts int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT attempts FROM dead_letters WHERE message_id = $1`, m.ID.String()).Scan(&attempts))
+	require.Equal(t, 4, attempts, "dead-lettered on the last delivery, not before")
+}

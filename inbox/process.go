@@ -51,20 +51,27 @@ func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error
 }
 
 // failure decides what a handler error in tx means for it: dead letter or
-// retry.
-// A transient failure (PostgreSQL's, not the message's) is retried however
-// many attempts the message has had.
+// retry. A transient failure (PostgreSQL's, not the message's) is retried
+// however many attempts the message has had, except on the source's last
+// delivery (MaxDeliver), after which the broker would drop it: a dead
+// letter keeps it.
 func (c *Consumer) failure(tx pgx.Tx, it *item, err error) outcome {
 	switch {
 	case IsPermanent(err):
 		return outcome{kind: outDead, reason: err.Error(), kindOf: "permanent", err: err}
-	case transient(tx, err):
+	case transient(tx, err) && !c.lastDelivery(it):
 		return outcome{kind: outRetry, err: err}
 	case it.attempt >= c.cfg.MaxAttempts:
 		return outcome{kind: outDead, reason: reasonMaxAttempts + err.Error(), kindOf: "max_attempts", err: err}
 	default:
 		return outcome{kind: outRetry, err: err}
 	}
+}
+
+// lastDelivery reports whether the broker will not deliver it again.
+func (c *Consumer) lastDelivery(it *item) bool {
+	n := c.maxDeliver.Load()
+	return n > 0 && int64(it.attempt) >= n
 }
 
 func deadKind(reason string) string {
