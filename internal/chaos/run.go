@@ -19,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // Options configure a chaos run.
@@ -296,22 +298,10 @@ func cmpDur(d, def time.Duration) time.Duration {
 	return def
 }
 
-// sleep waits d or until ctx ends, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // killLoop SIGKILLs a random role process every ~every.
 func killLoop(ctx context.Context, sup *Supervisor, names []string, rng *rand.Rand, every time.Duration) int {
 	kills := 0
-	for sleep(ctx, every/2+time.Duration(rng.Int64N(int64(every)))) {
+	for wait.Sleep(ctx, every/2+time.Duration(rng.Int64N(int64(every)))) {
 		if sup.Kill(names[rng.IntN(len(names))]) == nil {
 			kills++
 		}
@@ -324,14 +314,14 @@ func killLoop(ctx context.Context, sup *Supervisor, names []string, rng *rand.Ra
 func natsLoop(ctx context.Context, c *NATSCluster, d time.Duration, seed uint64, logf func(string, ...any)) int {
 	every := min(max(d/4, 15*time.Second), 40*time.Second)
 	kills := 0
-	for i := int(seed % 3); sleep(ctx, every*2/3); i = (i + 1) % 3 {
+	for i := int(seed % 3); wait.Sleep(ctx, every*2/3); i = (i + 1) % 3 {
 		if err := c.Kill(i); err != nil {
 			logf("nats kill %d: %v", i, err)
 			continue
 		}
 		kills++
 		logf("nats node %s SIGKILLed", c.ServerName(i))
-		sleep(ctx, 3*time.Second)
+		wait.Sleep(ctx, 3*time.Second)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		if err := c.Restart(rctx, i); err != nil {
 			logf("nats restart %d: %v", i, err)
@@ -346,7 +336,7 @@ func natsLoop(ctx context.Context, c *NATSCluster, d time.Duration, seed uint64,
 func pgLoop(ctx context.Context, pg *PG, d time.Duration, logf func(string, ...any)) int {
 	restarts := 0
 	for range 2 {
-		if !sleep(ctx, d/3) {
+		if !wait.Sleep(ctx, d/3) {
 			break
 		}
 		if err := pg.StopImmediate(); err != nil {
@@ -354,7 +344,7 @@ func pgLoop(ctx context.Context, pg *PG, d time.Duration, logf func(string, ...a
 			continue
 		}
 		logf("postgres stopped -m immediate")
-		sleep(ctx, time.Second)
+		wait.Sleep(ctx, time.Second)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		err := pg.Start(rctx)
 		cancel()
@@ -370,14 +360,14 @@ func pgLoop(ctx context.Context, pg *PG, d time.Duration, logf func(string, ...a
 // dropLoop cuts a random PostgreSQL connection every second or so, on top
 // of the COMMITs the proxy cuts.
 func dropLoop(ctx context.Context, p *PGProxy) {
-	for sleep(ctx, 1500*time.Millisecond) {
+	for wait.Sleep(ctx, 1500*time.Millisecond) {
 		p.DropRandom(1)
 	}
 }
 
 func progress(ctx context.Context, h *History, sup *Supervisor, logf func(string, ...any)) {
 	start := time.Now()
-	for sleep(ctx, 10*time.Second) {
+	for wait.Sleep(ctx, 10*time.Second) {
 		st := sup.Stats()
 		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills", time.Since(start).Seconds(), len(h.Ops()), st.Kills, st.CrashPoints)
 	}
@@ -425,7 +415,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, logf func(string, ...any)) (
 			logf("not drained: payments=%d in_ledger=%d confirmed=%d pending_or_fired=%d", now[0], now[1], now[2], now[3])
 			return false, nil
 		}
-		if !sleep(ctx, time.Second) {
+		if !wait.Sleep(ctx, time.Second) {
 			return false, ctx.Err()
 		}
 	}
@@ -443,7 +433,7 @@ func waitHTTP(ctx context.Context, url string) error {
 				return nil
 			}
 		}
-		if !sleep(ctx, 100*time.Millisecond) {
+		if !wait.Sleep(ctx, 100*time.Millisecond) {
 			return fmt.Errorf("not ready: %w", errors.Join(ctx.Err(), err))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // StreamEvent is one message of the stream, in stream order.
@@ -31,7 +32,7 @@ func readStream(ctx context.Context, urls []string, name string) ([]StreamEvent,
 	// may land on another node), until the timeout.
 	for {
 		events, err := readStreamOnce(ctx, urls, name)
-		if err == nil || !sleep(ctx, 500*time.Millisecond) {
+		if err == nil || !wait.Sleep(ctx, 500*time.Millisecond) {
 			return events, err
 		}
 	}
