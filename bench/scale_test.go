@@ -20,7 +20,9 @@ import (
 // a row: on a fresh empty schema, then on the filled one. Lines are
 // BenchmarkScale/<path>/rows=<count>, with the path's rate (or latency) on
 // the filled tables and x-empty, its rate over the paired empty run's
-// (p99-x-empty for latencies). Then, on the largest fill, the table's
+// (p99-x-empty for latencies). ONCEKIT_SCALE_PAIRS (default 3) repeats
+// these pairs on the same fill (go test names the repeats #01, #02…), so
+// that one fill yields a median of several pairs. Then, on the largest fill, the table's
 // retention deletes the whole backlog while its first hot path runs paced
 // at 80% of its empty rate (BenchmarkScale/<table>-retention/rows=<count>:
 // deleted rows/s, and the hot path's rate and p99 during the deletion over
@@ -48,12 +50,14 @@ func BenchmarkScale(b *testing.B) {
 				filled = rows
 			}
 			last = map[string]figure{}
-			for _, p := range t.paths {
-				b.Run(p.name+"/rows="+strconv.Itoa(rows), func(b *testing.B) {
-					for range b.N {
-						last[p.name] = scaleMeasure(b, p, db, rows)
-					}
-				})
+			for range cfg.pairs {
+				for _, p := range t.paths {
+					b.Run(p.name+"/rows="+strconv.Itoa(rows), func(b *testing.B) {
+						for range b.N {
+							last[p.name] = scaleMeasure(b, p, db, rows)
+						}
+					})
+				}
 			}
 		}
 		if filled > 0 && t.retain != nil {
@@ -92,6 +96,7 @@ func scaleMeasure(b *testing.B, p scalePath, db *testenv.DB, rows int) figure {
 // scaleConfig is BenchmarkScale's configuration, from the environment.
 type scaleConfig struct {
 	rows         []int         // row counts to fill to, ascending
+	pairs        int           // paired measurements of each path at each row count
 	n            int           // messages of one relay or consumer measurement
 	seconds      int           // length of a latency run and of a paced run
 	tables       []string      // the tables to measure (empty: all)
@@ -102,6 +107,7 @@ func scaleConfigFromEnv(b *testing.B) scaleConfig {
 	b.Helper()
 	cfg := scaleConfig{
 		n:            envInt("ONCEKIT_SCALE_N", 20_000),
+		pairs:        max(1, envInt("ONCEKIT_SCALE_PAIRS", 3)),
 		seconds:      envInt("ONCEKIT_SCALE_SECONDS", 5),
 		retentionMax: time.Duration(envInt("ONCEKIT_SCALE_RETENTION_MAX", 300)) * time.Second,
 	}

@@ -20,6 +20,10 @@ type run struct {
 // procSuffix is the -GOMAXPROCS suffix go test appends to benchmark names.
 var procSuffix = regexp.MustCompile(`-\d+$`)
 
+// repeatSuffix is what go test appends to a sub-benchmark run again under
+// the same name (#01, #02…): the repeats are samples of one figure.
+var repeatSuffix = regexp.MustCompile(`#\d+$`)
+
 // configLine is a line of the benchmark format's configuration:
 // "goos: linux", "cpu: AMD EPYC", "nproc: 2".
 var configLine = regexp.MustCompile(`^([a-z][a-zA-Z0-9_-]*):\s*(.*)$`)
@@ -38,7 +42,7 @@ func parse(r io.Reader) (*run, error) {
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		name := procSuffix.ReplaceAllString(f[0], "")
+		name := repeatSuffix.ReplaceAllString(procSuffix.ReplaceAllString(f[0], ""), "")
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {

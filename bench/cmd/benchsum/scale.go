@@ -125,7 +125,7 @@ func writeScale(w io.Writer, r *run, note string) error {
 	b.WriteString("this section, a later `make bench-scale` replaces it. What it measures is in\n")
 	b.WriteString("[docs/benchmarks.md](../docs/benchmarks.md#scale).\n\n")
 	n := r.runs()
-	writeRunLines(&b, r, fmt.Sprintf("%d iteration%s (`SCALE_COUNT=%d`); each figure is the median.", n, plural(n), n), note)
+	writeRunLines(&b, r, fmt.Sprintf("%d paired measurement%s of each hot path at each row count (`SCALE_PAIRS` on each fill,\n  times `SCALE_COUNT`); each figure is the median. Retention and memory: one run each per `SCALE_COUNT`.", n, plural(n)), note)
 
 	hot, retention := r.scaleFigures()
 	var rows []int
