@@ -19,10 +19,14 @@ import (
 
 // fillOutbox adds events from through to-1: 256-byte payloads, ten events
 // per ordering key, partitioned by key, enqueued 24–48 hours ago
-// (publishOutbox then makes them published).
+// (publishOutbox then makes them published). Their transaction ID is 1, as
+// migration 005 gives the history it moves: a relay orders rows by
+// (txid, seq), and the history must come before the rows the hot paths
+// enqueue between two fills, as older rows do in a deployment (a retention
+// pass stops at the first row within retention).
 const fillOutbox = `
-INSERT INTO outbox (id, partition, ordering_key, subject, payload, created_at)
-SELECT gen_random_uuid(), abs(hashtext('key-' || g / 10)) % 16, 'key-' || g / 10, 'scale.history',
+INSERT INTO outbox (id, txid, partition, ordering_key, subject, payload, created_at)
+SELECT gen_random_uuid(), '1', abs(hashtext('key-' || g / 10)) % 16, 'key-' || g / 10, 'scale.history',
 	decode(repeat(md5(g::text), 8), 'hex'), now() - interval '48 hours' + g * (interval '24 hours' / $2)
 FROM generate_series($1::bigint, $2::bigint - 1) g`
 

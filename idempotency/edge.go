@@ -43,10 +43,15 @@ func New(db oncekit.Pool, cfg *Config) (*Edge, error) {
 type route struct {
 	e   *Edge
 	cfg Route
-	// lockTimeout and lockReset bound how long a SameTx claim waits for a
-	// concurrent holder of the same key, and restore the session's setting.
-	lockTimeout string
+	// lockTimeout bounds how long a SameTx claim waits for a concurrent
+	// holder of the same key; patientLockTimeout, the claim made again after
+	// a wait for another lock timed out.
+	lockTimeout, patientLockTimeout string
 }
+
+// otherLockWait is the least a SameTx claim waits, on its second try, after
+// its first timed out on another lock than the key's row.
+const otherLockWait = time.Second
 
 // Route returns the middleware for one route. It wraps any http.Handler, so it
 // fits the standard mux, chi and gorilla alike:
@@ -60,9 +65,13 @@ func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
 	}
 	// In SameTx mode the first request's claim is an uncommitted row: a
 	// concurrent request waits on its lock at most this long (Wait, or 1 ms
-	// for an immediate 409).
+	// for an immediate 409). A claim that timed out on another lock than a
+	// row's tries again waiting at least a second.
 	wait := max(rc.Wait.Milliseconds(), 1)
-	rt := &route{e: e, cfg: rc, lockTimeout: fmt.Sprintf("SET LOCAL lock_timeout = %d", wait)}
+	rt := &route{e: e, cfg: rc,
+		lockTimeout:        fmt.Sprintf("SET LOCAL lock_timeout = %d", wait),
+		patientLockTimeout: fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait, otherLockWait.Milliseconds())),
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { rt.serve(next, w, req) })
 	}, nil

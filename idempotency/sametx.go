@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,11 +20,20 @@ import (
 // trip, the stored response in the COMMIT's.
 func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
 	ctx := r.Context()
+	lockTimeout := rt.lockTimeout
 	for attempt := 0; attempt < maxClaimAttempts; attempt++ {
-		conn, tx, rec, claimed, token, err := rt.claimTx(ctx, id, fp)
+		conn, tx, rec, claimed, token, err := rt.claimTx(ctx, id, fp, lockTimeout)
 		if err != nil {
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: holder still running
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+				if !waitedOnRow(pgErr) && lockTimeout != rt.patientLockTimeout {
+					// Another lock than the key's outlasted the wait (the
+					// table's extension under load, a migration's table
+					// lock): that says nothing about the key. Claim again,
+					// waiting longer.
+					lockTimeout = rt.patientLockTimeout
+					continue
+				}
 				rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rt.cfg.Wait.Seconds())
 				rt.inProgress(w)
 				return
@@ -56,17 +66,29 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 	rt.inProgress(w)
 }
 
+// waitedOnRow reports whether a lock timeout was spent waiting for another
+// transaction's row: the key's claim held by a request still running.
+// PostgreSQL names the row in the error's context ("while inserting index
+// tuple (0,1) in relation …", "while locking tuple …"); a wait for any other
+// lock has no such line. On a server whose messages are translated
+// (lc_messages) no timeout matches, and each is taken as another lock's:
+// the request claims once more, waiting longer, and then answers 409.
+func waitedOnRow(err *pgconn.PgError) bool {
+	return strings.Contains(err.Where, " tuple ")
+}
+
 // claimTx begins a transaction and, in the same pipelined round trip, claims
-// the key or reads the committed record holding it. When claimed, conn and tx are
-// returned open; otherwise they are already rolled back and released.
-func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte) (conn *pgxpool.Conn, tx pgx.Tx, rec *record, claimed bool, token int64, err error) {
+// the key or reads the committed record holding it, waiting for locks at most
+// as long as lockTimeout (a SET LOCAL statement) says. When claimed, conn and
+// tx are returned open; otherwise they are already rolled back and released.
+func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeout string) (conn *pgxpool.Conn, tx pgx.Tx, rec *record, claimed bool, token int64, err error) {
 	conn, err = rt.e.db.Acquire(ctx)
 	if err != nil {
 		return nil, nil, nil, false, 0, fmt.Errorf("acquire: %w", err)
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(rt.lockTimeout)
+	b.Queue(lockTimeout)
 	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.key, fp, micros(rt.cfg.TTL)).QueryRow(func(row pgx.Row) error {
 		var status *int32
 		var headers []byte
