@@ -37,15 +37,19 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 		// Each batch starts after the last row the previous one looked at.
 		afterTxid, afterSeq := "0", int64(0)
 		for ctx.Err() == nil {
+			var took, young bool
 			var looked, deleted int64
 			if err := r.pool.QueryRow(ctx, r.sql.prune, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
-				afterTxid, afterSeq).Scan(&looked, &deleted, &afterTxid, &afterSeq); err != nil {
+				afterTxid, afterSeq).Scan(&took, &looked, &deleted, &young, &afterTxid, &afterSeq); err != nil {
 				return total, err
 			}
 			total += deleted
 			// Done with the partition once its oldest published rows
-			// include one within retention, or there are no more.
-			if deleted < looked || looked < int64(r.cfg.RetentionBatch) {
+			// include one within retention, or there are no more, or
+			// another relay's pass is on it. (A batch may delete fewer than
+			// it looked at without being done: rows a pass that just ended
+			// its batch deleted after this statement's snapshot.)
+			if !took || young || looked < int64(r.cfg.RetentionBatch) {
 				break
 			}
 		}

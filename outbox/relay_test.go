@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,6 +229,57 @@ func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 }
 
 func testenvNATSURL(b *bundle) string { return b.nats.URL }
+
+// Two relays' retention passes at once share the work: each partition is
+// deleted by one pass at a time, each row once, and neither waits for the
+// other. A partition whose pass is under way elsewhere (its advisory lock
+// held) is left to that pass.
+func TestConcurrentPrunesSharePartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (id, partition, subject, payload, created_at)
+		SELECT gen_random_uuid(), g % 16, 's', '', now() - interval '2 hours' FROM generate_series(1, 3200) g`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+		SELECT p, l.txid, l.seq FROM generate_series(0, 15) p, (SELECT txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1) l`)
+	require.NoError(t, err)
+	pub, _ := publisher(t, testenvNATSURL(b))
+	relay := func() *outbox.Relay {
+		r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
+		require.NoError(t, err)
+		return r
+	}
+
+	// Partition 3's pass is under way elsewhere.
+	holder, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx) //nolint:errcheck
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('oncekit.outbox.prune:"' || $1 || '"'), 3)`, b.db.Schema)
+	require.NoError(t, err)
+
+	var deleted [2]int64
+	var wg sync.WaitGroup
+	for i := range deleted {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := relay().Prune(ctx)
+			assert.NoError(t, err)
+			deleted[i] = n
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 3000, deleted[0]+deleted[1], "every row once, partition 3's left to its pass")
+	require.Equal(t, 200, countRows(t, b.db))
+
+	require.NoError(t, holder.Rollback(ctx))
+	n, err := relay().Prune(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 200, n)
+	require.Zero(t, countRows(t, b.db))
+}
+
 
 func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
 	t.Parallel()
