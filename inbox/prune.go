@@ -3,8 +3,6 @@ package inbox
 import (
 	"context"
 	"time"
-
-	"github.com/oncekit/oncekit"
 )
 
 // retain prunes the consumer's claims older than Retention and its dead
@@ -28,11 +26,15 @@ func (c *Consumer) retain(ctx context.Context) {
 	}
 }
 
-// Prune deletes the consumer's claims older than Retention, RetentionBatch
-// rows per statement, and returns how many it deleted. Run calls it every
-// RetentionInterval.
+// Prune runs one retention pass: it deletes the consumer's claims older
+// than Retention, RetentionBatch rows per statement, and returns how many it
+// deleted (Store.PruneClaims). It deletes nothing when Retention is negative.
+// Run calls it every RetentionInterval.
 func (c *Consumer) Prune(ctx context.Context) (int64, error) {
-	return c.pruneOlder(ctx, c.cfg.Retention, c.store.PruneClaims)
+	if c.cfg.Retention < 0 {
+		return 0, nil
+	}
+	return c.store.PruneClaims(ctx, c.db, c.cfg.Name, time.Now().Add(-c.cfg.Retention), c.cfg.RetentionBatch)
 }
 
 // PruneDeadLetters deletes the consumer's dead letters replayed more than
@@ -40,21 +42,13 @@ func (c *Consumer) Prune(ctx context.Context) (int64, error) {
 // many it deleted. Dead letters not yet replayed are kept. Run calls it every
 // RetentionInterval.
 func (c *Consumer) PruneDeadLetters(ctx context.Context) (int64, error) {
-	return c.pruneOlder(ctx, c.cfg.DeadLetterRetention, c.store.pruneReplayed)
-}
-
-// pruneOlder runs prune for the consumer's rows older than retention (none
-// when it is negative), RetentionBatch rows a statement, until a statement
-// deletes fewer, and returns how many it deleted.
-func (c *Consumer) pruneOlder(ctx context.Context, retention time.Duration,
-	prune func(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, limit int) (int64, error)) (int64, error) {
-	if retention < 0 {
+	if c.cfg.DeadLetterRetention < 0 {
 		return 0, nil
 	}
-	before := time.Now().Add(-retention)
+	before := time.Now().Add(-c.cfg.DeadLetterRetention)
 	var total int64
 	for {
-		n, err := prune(ctx, c.db, c.cfg.Name, before, c.cfg.RetentionBatch)
+		n, err := c.store.pruneReplayed(ctx, c.db, c.cfg.Name, before, c.cfg.RetentionBatch)
 		total += n
 		if err != nil || n < int64(c.cfg.RetentionBatch) {
 			return total, err

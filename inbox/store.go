@@ -22,7 +22,7 @@ import (
 type Store struct {
 	claim, claimBatch, claimNew, claimNewAll, unclaim, settled string
 	insertDead, listDead, getDead, markReplayed                string
-	pruneClaim, pruneDead, pruneReplayedDead                   string
+	pruneClaimBounds, pruneClaim, pruneDead, pruneReplayedDead string
 }
 
 // NewStore renders the inbox's SQL for schema ("" means "oncekit").
@@ -64,8 +64,19 @@ func NewStore(schema string) (*Store, error) {
 		settled: r(`SELECT message_id::text FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])
 			UNION ALL
 			SELECT message_id FROM {schema}.dead_letters WHERE consumer = $1 AND message_id = ANY($3::text[]) AND replayed_at IS NULL`),
-		pruneClaim: r(`DELETE FROM {schema}.processed_messages WHERE ctid = ANY(ARRAY(
-			SELECT ctid FROM {schema}.processed_messages WHERE consumer = $1 AND processed_at < $2 LIMIT $3))`),
+		// A retention pass (pgsql.PruneInTIDOrder) over consumer $1's
+		// claims processed before $2: the first and last of them, then
+		// batches of up to $5 after tuple id $3 and up to $4, each deleted
+		// by ctid (locked by the same statement, so it cannot change).
+		pruneClaimBounds: r(`SELECT min(ctid), max(ctid) FROM {schema}.processed_messages
+			WHERE consumer = $1 AND processed_at < $2`),
+		pruneClaim: r(`WITH batch AS (
+				SELECT ctid FROM {schema}.processed_messages
+				WHERE ctid > $3 AND ctid <= $4 AND consumer = $1 AND processed_at < $2
+				LIMIT $5
+				FOR UPDATE SKIP LOCKED),
+			gone AS (DELETE FROM {schema}.processed_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)))
+			SELECT count(*), max(ctid) FROM batch`),
 	}, nil
 }
 
@@ -317,15 +328,23 @@ func (s *Store) pruneReplayed(ctx context.Context, q oncekit.Querier, consumer s
 	return tag.RowsAffected(), nil
 }
 
-// PruneClaims deletes up to limit of consumer's claims older than before and
-// returns how many it deleted (Consumer.Prune calls it until it deletes
-// fewer).
-func (s *Store) PruneClaims(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, limit int) (int64, error) {
-	tag, err := q.Exec(ctx, s.pruneClaim, consumer, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: prune claims: %w", err)
+// PruneClaims runs one retention pass over consumer's claims: it deletes
+// every claim processed before before, batch rows per statement (1000 when
+// batch is not positive), and returns how many it deleted. Each statement
+// starts where the previous one ended, in the table's physical order, so a
+// pass reads each page a bounded number of times however many rows it
+// deletes. Claims another transaction holds are skipped, left to the next
+// pass. Consumer.Prune calls it with the Consumer's Retention and
+// RetentionBatch.
+func (s *Store) PruneClaims(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
 	}
-	return tag.RowsAffected(), nil
+	n, err := pgsql.PruneInTIDOrder(ctx, q, s.pruneClaimBounds, s.pruneClaim, []any{consumer, before}, batch)
+	if err != nil {
+		return n, fmt.Errorf("inbox: prune claims: %w", err)
+	}
+	return n, nil
 }
 
 // uuidArgs converts ids to [16]byte, which pgx encodes as uuid directly
