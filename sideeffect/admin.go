@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // ErrNotFound is returned when no effect has the given ID.
@@ -140,18 +141,22 @@ func (l *Ledger) actionErr(ctx context.Context, q oncekit.Querier, op string, id
 	return fmt.Errorf("%w: %s %d: effect is %s", ErrWrongState, op, id, r.State)
 }
 
-// Prune deletes up to limit confirmed or failed effects recorded before
-// before, and returns how many it deleted. Call it in a loop until it
-// returns fewer than limit (Dispatcher.Prune does). A pruned effect can be
-// recorded (and fired) again: keep rows longer than any redelivery or retry
-// of their source.
-func (l *Ledger) Prune(ctx context.Context, q oncekit.Querier, before time.Time, limit int) (int64, error) {
-	if limit <= 0 {
-		limit = 1000
+// Prune runs one retention pass: it deletes every confirmed or failed effect
+// recorded before before, batch rows per statement (1000 when batch is not
+// positive), and returns how many it deleted. Each statement starts where the
+// previous one ended, in the table's physical order, so a pass reads each
+// page a bounded number of times however many rows it deletes. Rows a
+// dispatcher or an operator holds are skipped, left to the next pass.
+// Dispatcher.Prune calls it with its Retention and RetentionBatch. A pruned
+// effect can be recorded (and fired) again: keep rows longer than any
+// redelivery or retry of their source.
+func (l *Ledger) Prune(ctx context.Context, q oncekit.Querier, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
 	}
-	tag, err := q.Exec(ctx, l.sql.prune, before, limit)
+	n, err := pgsql.PruneInTIDOrder(ctx, q, l.sql.pruneBounds, l.sql.prune, []any{before}, batch)
 	if err != nil {
-		return 0, fmt.Errorf("sideeffect: prune: %w", err)
+		return n, fmt.Errorf("sideeffect: prune: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
@@ -84,17 +85,16 @@ func TestPruneDeletesOldTerminalRowsInBatches(t *testing.T) {
 	settledEffects(t, b)
 
 	before := time.Now().Add(-30 * 24 * time.Hour)
-	n, err := b.ledger.Prune(ctx, b.db.Pool, before, 10)
+	log := &testenv.StatementLog{}
+	n, err := b.ledger.Prune(ctx, b.db.TracedPool(t, log), before, 10)
 	require.NoError(t, err)
-	require.Equal(t, int64(10), n)
-	n, err = b.ledger.Prune(ctx, b.db.Pool, before, 10)
-	require.NoError(t, err)
-	require.Equal(t, int64(10), n)
-	n, err = b.ledger.Prune(ctx, b.db.Pool, before, 10)
-	require.NoError(t, err)
-	require.Equal(t, int64(4), n)
+	require.Equal(t, int64(24), n)
+	require.Len(t, log.Matching("DELETE FROM"), 3, "one bounded statement per 10 rows: 10, 10, 4")
 	require.Equal(t, 5, b.countState(t, sideeffect.StateConfirmed), "recent rows stay")
 	require.Equal(t, 1, b.countState(t, sideeffect.StateUnknown), "unknown rows are never pruned")
+	n, err = b.ledger.Prune(ctx, b.db.Pool, before, 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "a pass deletes every row past retention")
 }
 
 func TestDispatcherPruneDeletesPastRetentionInBatches(t *testing.T) {

@@ -100,21 +100,12 @@ func (d *Dispatcher) refreshUnknown(ctx context.Context) {
 
 // Prune runs one retention pass: it deletes the confirmed and failed effects
 // recorded more than DispatcherConfig.Retention ago, RetentionBatch rows per
-// statement, and returns how many it deleted. It deletes nothing when
-// Retention is negative. Run calls it every RetentionInterval.
+// statement, and returns how many it deleted (Ledger.Prune). It deletes
+// nothing when Retention is negative. Run calls it every RetentionInterval.
 func (d *Dispatcher) Prune(ctx context.Context) (int64, error) {
 	if d.cfg.Retention < 0 {
 		return 0, nil
 	}
 	l := &Ledger{schema: d.cfg.Schema, sql: d.sql}
-	before := time.Now().Add(-d.cfg.Retention)
-	var total int64
-	for ctx.Err() == nil {
-		n, err := l.Prune(ctx, d.db, before, d.cfg.RetentionBatch)
-		total += n
-		if err != nil || n < int64(d.cfg.RetentionBatch) {
-			return total, err
-		}
-	}
-	return total, ctx.Err()
+	return l.Prune(ctx, d.db, time.Now().Add(-d.cfg.Retention), d.cfg.RetentionBatch)
 }

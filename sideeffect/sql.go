@@ -22,7 +22,7 @@ const genericPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', 
 type statements struct {
 	insert, selectBySource               string
 	sync, refire, reconcile, markUnknown string
-	countUnknown, prune                  string
+	countUnknown, pruneBounds, prune     string
 	list, get, retry, resolve            string
 }
 
@@ -135,11 +135,20 @@ RETURNING s.kind`),
 		countUnknown: r(`SELECT kind, count(*) FROM {schema}.side_effects
 WHERE next_attempt_at = 'infinity' AND state = 'unknown' GROUP BY kind`),
 
-		prune: r(`DELETE FROM {schema}.side_effects WHERE id IN (
-	SELECT id FROM {schema}.side_effects
-	WHERE state IN ('confirmed', 'failed') AND created_at < $1
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED)`),
+		// A retention pass (pgsql.PruneInTIDOrder) over the confirmed and
+		// failed rows recorded before $1: the first and last of them, then
+		// batches of up to $4 after tuple id $2 and up to $3, each deleted
+		// by ctid (locked by the same statement, so it cannot change), which
+		// spares a primary-key descent per row.
+		pruneBounds: r(`SELECT min(ctid), max(ctid) FROM {schema}.side_effects
+WHERE state IN ('confirmed', 'failed') AND created_at < $1`),
+		prune: r(`WITH batch AS (
+	SELECT ctid FROM {schema}.side_effects
+	WHERE ctid > $2 AND ctid <= $3 AND state IN ('confirmed', 'failed') AND created_at < $1
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED),
+gone AS (DELETE FROM {schema}.side_effects WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)))
+SELECT count(*), max(ctid) FROM batch`),
 
 		list: r(`SELECT ` + rowColumns + ` FROM {schema}.side_effects
 WHERE ($1 = '' OR state = $1) AND ($2 = '' OR kind = $2) AND id > $3

@@ -156,19 +156,11 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "effect %d resolved as %s by %s\n", ids[0], pos[1], *by)
 		return nil
 	default: // prune
-		var total int64
-		before := time.Now().Add(-*olderThan)
-		for {
-			n, err := ledger.Prune(ctx, pool, before, 1000)
-			total += n
-			if err != nil {
-				return err
-			}
-			if n < 1000 {
-				break
-			}
+		n, err := ledger.Prune(ctx, pool, time.Now().Add(-*olderThan), 1000)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(e.stdout, "deleted %d confirmed or failed effects\n", total)
+		fmt.Fprintf(e.stdout, "deleted %d confirmed or failed effects\n", n)
 		return nil
 	}
 }
