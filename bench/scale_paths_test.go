@@ -78,9 +78,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			}
 			// What Consumer.Prune does with the default Config.
 			return func(ctx context.Context) (int64, error) {
-				return untilShort(ctx, func(ctx context.Context) (int64, error) {
-					return s.PruneClaims(ctx, db.Pool, "bench", time.Now().Add(-7*24*time.Hour), 1000)
-				})
+				return s.PruneClaims(ctx, db.Pool, "bench", time.Now().Add(-7*24*time.Hour), 1000)
 			}
 		},
 	}, {
@@ -93,9 +91,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			}
 			// What the dispatcher's retention does with its defaults.
 			return func(ctx context.Context) (int64, error) {
-				return untilShort(ctx, func(ctx context.Context) (int64, error) {
-					return l.Prune(ctx, db.Pool, time.Now().Add(-30*24*time.Hour), 1000)
-				})
+				return l.Prune(ctx, db.Pool, time.Now().Add(-30*24*time.Hour), 1000)
 			}
 		},
 	}, {
@@ -112,19 +108,6 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			return e.Prune
 		},
 	}}
-}
-
-// untilShort runs one batch of 1000 after another until a batch deletes
-// fewer, as the inbox's and the dispatcher's retention loops do.
-func untilShort(ctx context.Context, batch func(ctx context.Context) (int64, error)) (int64, error) {
-	var total int64
-	for {
-		n, err := batch(ctx)
-		total += n
-		if err != nil || n < 1000 {
-			return total, err
-		}
-	}
 }
 
 // scaleRelayDrain drains n events, enqueued just before (untimed), with a
