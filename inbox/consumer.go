@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/broker"
 )
 
 // Consumer processes the messages of a Source with a Handler, once each.
@@ -342,8 +343,8 @@ func (c *Consumer) decode(d Delivery) *item {
 		}
 	}
 	it.msg = &Message{
-		ID: id, Subject: d.Subject(), Key: key,
-		Payload: d.Data(), Headers: headers, Attempt: it.attempt,
+		Message: broker.Message{ID: id, Subject: d.Subject(), Key: key, Payload: d.Data(), Headers: headers},
+		Attempt: it.attempt,
 	}
 	return it
 }

@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -11,19 +10,13 @@ import (
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
-// Message is one delivered event, as a Handler sees it.
+// Message is one delivered event, as a Handler sees it: the broker.Message
+// as it was published, and the delivery attempt. ID comes from the
+// Oncekit-Event-Id header, else Nats-Msg-Id, and is the dedup key; Key comes
+// from the Oncekit-Key header (empty when the event has none); Headers holds
+// the first value of every header, oncekit's own included.
 type Message struct {
-	// ID is the event's identity (Oncekit-Event-Id, else Nats-Msg-Id): the
-	// dedup key.
-	ID uuid.UUID
-	// Subject the message was published to.
-	Subject string
-	// Key is the ordering key (Oncekit-Key header), or empty.
-	Key string
-	// Payload is the message body.
-	Payload []byte
-	// Headers holds the first value of each header.
-	Headers map[string]string
+	broker.Message
 	// Attempt is the delivery attempt, 1 for the first delivery.
 	Attempt int
 }

@@ -150,7 +150,7 @@ func TestOrderedDoesNotWaitForCopyOfAppliedEvent(t *testing.T) {
 	claimed, err := store.Claim(ctx, tx, "c", first.ID)
 	require.NoError(t, err)
 	require.True(t, claimed)
-	require.NoError(t, insertEffect(ctx, tx, &inbox.Message{ID: first.ID, Key: "k", Payload: first.Payload, Attempt: 1}))
+	require.NoError(t, insertEffect(ctx, tx, &inbox.Message{Message: broker.Message{ID: first.ID, Key: "k", Payload: first.Payload}, Attempt: 1}))
 	require.NoError(t, tx.Commit(ctx))
 
 	src := b.source("d", time.Minute) // a wait for the copy would outlast the test
