@@ -95,19 +95,14 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return writeJSON(e.stdout, deadLettersJSON(dls))
-		}
-		lines := make([]string, 0, len(dls))
-		for _, dl := range dls {
+		return writeList(e.stdout, *asJSON, dls, deadLettersJSON, "ID\tCONSUMER\tMESSAGE ID\tSUBJECT\tATTEMPTS\tCREATED\tREPLAYED\tREASON", func(dl inbox.DeadLetter) string {
 			rep := "-"
 			if dl.ReplayedAt != nil {
 				rep = timestamp(*dl.ReplayedAt)
 			}
-			lines = append(lines, fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
-				dl.Attempts, timestamp(dl.CreatedAt), rep, oneLine(dl.Reason, 80)))
-		}
-		return writeTable(e.stdout, "ID\tCONSUMER\tMESSAGE ID\tSUBJECT\tATTEMPTS\tCREATED\tREPLAYED\tREASON", lines)
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
+				dl.Attempts, timestamp(dl.CreatedAt), rep, oneLine(dl.Reason, 80))
+		})
 	case "show":
 		var shown []inbox.DeadLetter
 		for _, n := range ids {

@@ -131,15 +131,9 @@ func runEffects(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return writeJSON(e.stdout, effectsJSON(rows))
-		}
-		lines := make([]string, 0, len(rows))
-		for _, r := range rows {
-			lines = append(lines, fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s", r.ID, r.State, r.Kind, r.SourceID, r.Attempts,
-				timestamp(r.UpdatedAt), detail(r)))
-		}
-		return writeTable(e.stdout, "ID\tSTATE\tKIND\tSOURCE\tATTEMPTS\tUPDATED\tDETAIL", lines)
+		return writeList(e.stdout, *asJSON, rows, effectsJSON, "ID\tSTATE\tKIND\tSOURCE\tATTEMPTS\tUPDATED\tDETAIL", func(r sideeffect.Row) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s", r.ID, r.State, r.Kind, r.SourceID, r.Attempts, timestamp(r.UpdatedAt), detail(r))
+		})
 	case "retry":
 		for _, id := range ids {
 			if err := ledger.Retry(ctx, pool, id, sideeffect.Decision{By: *by, Note: *reason}); err != nil {

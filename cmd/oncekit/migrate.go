@@ -34,12 +34,16 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprint(e.stdout, sql)
 		return nil
-	case "up":
-		pool, err := db.openWith(ctx, false)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
+	case "up", "status":
+	default:
+		return usagef("unknown subcommand %q: want up, status or sql", sub)
+	}
+	pool, err := db.openWith(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if sub == "up" {
 		applied, err := migrations.Up(ctx, pool, schema)
 		if err != nil {
 			return err
@@ -51,25 +55,17 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "applied %03d_%s\n", m.Version, m.Name)
 		}
 		return nil
-	case "status":
-		pool, err := db.openWith(ctx, false)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		st, err := migrations.Status(ctx, pool, schema)
-		if err != nil {
-			return err
-		}
-		for _, s := range st {
-			state := "pending"
-			if s.AppliedAt != nil {
-				state = "applied " + s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
-			}
-			fmt.Fprintf(e.stdout, "%03d_%-20s %s\n", s.Version, s.Name, state)
-		}
-		return nil
-	default:
-		return usagef("unknown subcommand %q: want up, status or sql", sub)
 	}
+	st, err := migrations.Status(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	for _, s := range st {
+		state := "pending"
+		if s.AppliedAt != nil {
+			state = "applied " + s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+		}
+		fmt.Fprintf(e.stdout, "%03d_%-20s %s\n", s.Version, s.Name, state)
+	}
+	return nil
 }

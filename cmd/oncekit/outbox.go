@@ -84,15 +84,11 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return writeJSON(e.stdout, outboxEntriesJSON(entries))
-	}
-	lines := make([]string, 0, len(entries))
-	for _, en := range entries {
-		lines = append(lines, fmt.Sprintf("%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", en.Seq, en.ID, en.State(), en.Partition,
-			en.Key, en.Subject, size(en.PayloadSize), en.Attempts, timestamp(en.CreatedAt), oneLine(en.LastError, 60)))
-	}
-	return writeTable(e.stdout, "SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR", lines)
+	return writeList(e.stdout, *asJSON, entries, outboxEntriesJSON,
+		"SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR", func(en outbox.Entry) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", en.Seq, en.ID, en.State(), en.Partition,
+				en.Key, en.Subject, size(en.PayloadSize), en.Attempts, timestamp(en.CreatedAt), oneLine(en.LastError, 60))
+		})
 }
 
 func size(n *int) string {

@@ -36,6 +36,20 @@ func writeTable(w io.Writer, header string, rows []string) error {
 	return tw.Flush()
 }
 
+// writeList prints the rows of a list subcommand: as a JSON array, through
+// toJSON, when asJSON is set, else as a table under header with line giving
+// a row's tab-separated cells.
+func writeList[T, J any](w io.Writer, asJSON bool, rows []T, toJSON func([]T) []J, header string, line func(T) string) error {
+	if asJSON {
+		return writeJSON(w, toJSON(rows))
+	}
+	lines := make([]string, 0, len(rows))
+	for _, r := range rows {
+		lines = append(lines, line(r))
+	}
+	return writeTable(w, header, lines)
+}
+
 // payloadJSON holds a payload in JSON output: as JSON when it is JSON, as
 // text when it is UTF-8, else as base64.
 type payloadJSON struct {
