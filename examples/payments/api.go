@@ -43,12 +43,7 @@ type PaymentResponse struct {
 	Amount  int64  `json:"amount"`
 }
 
-func runAPI(ctx context.Context, cfg *config, _ []string) error {
-	pool, err := cfg.openPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+func runAPI(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 	h, err := newAPI(pool, cfg, slog.Default())
 	if err != nil {
 		return err

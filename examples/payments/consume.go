@@ -16,12 +16,7 @@ import (
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
-func runConsume(ctx context.Context, cfg *config, _ []string) error {
-	pool, err := cfg.openPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+func runConsume(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 	nc, js, err := cfg.connectNATS()
 	if err != nil {
 		return err

@@ -12,12 +12,7 @@ import (
 	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
 
-func runDispatch(ctx context.Context, cfg *config, _ []string) error {
-	pool, err := cfg.openPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+func runDispatch(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 	d, err := newDispatcher(pool, cfg, slog.Default())
 	if err != nil {
 		return err

@@ -29,6 +29,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // role is one of the binary's subcommands.
@@ -38,11 +40,11 @@ type role struct {
 }
 
 var roles = map[string]role{
-	"setup":    {"create the tables and the stream", runSetup},
-	"api":      {"serve POST /payments behind the Idempotency-Key edge", runAPI},
-	"relay":    {"publish the outbox to JetStream", runRelay},
-	"consume":  {"run the ledger consumer", runConsume},
-	"dispatch": {"fire side effects at the provider", runDispatch},
+	"setup":    {"create the tables and the stream", onPool(runSetup)},
+	"api":      {"serve POST /payments behind the Idempotency-Key edge", onPool(runAPI)},
+	"relay":    {"publish the outbox to JetStream", onPool(runRelay)},
+	"consume":  {"run the ledger consumer", onPool(runConsume)},
+	"dispatch": {"fire side effects at the provider", onPool(runDispatch)},
 	"provider": {"serve the fake payment provider", runProvider},
 	"demo":     {"run every role in one process and tell what each layer did", runDemo},
 }
@@ -82,6 +84,19 @@ func dispatchRole(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageError(err.Error())
 	}
 	return r.run(ctx, cfg, rest)
+}
+
+// onPool adapts a role that works on the service's database: it opens the
+// pool from cfg before the role runs and closes it after.
+func onPool(run func(ctx context.Context, cfg *config, pool *pgxpool.Pool) error) func(context.Context, *config, []string) error {
+	return func(ctx context.Context, cfg *config, _ []string) error {
+		pool, err := cfg.openPool(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return run(ctx, cfg, pool)
+	}
 }
 
 func printUsage(w io.Writer) {

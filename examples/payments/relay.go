@@ -12,12 +12,7 @@ import (
 	"github.com/oncekit/oncekit/outbox"
 )
 
-func runRelay(ctx context.Context, cfg *config, _ []string) error {
-	pool, err := cfg.openPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+func runRelay(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 	nc, _, err := cfg.connectNATS()
 	if err != nil {
 		return err

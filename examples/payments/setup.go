@@ -44,12 +44,7 @@ CREATE TABLE IF NOT EXISTS %[1]s.ledger_entries (
 );
 CREATE INDEX IF NOT EXISTS ledger_entries_payment_id ON %[1]s.ledger_entries (payment_id);`
 
-func runSetup(ctx context.Context, cfg *config, _ []string) error {
-	pool, err := cfg.openPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+func runSetup(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 	if err := setupTables(ctx, pool, cfg); err != nil {
 		return err
 	}
