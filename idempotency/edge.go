@@ -241,6 +241,17 @@ func (rt *route) encode(id recordID, rw *recorder) (headers, body []byte, sealed
 	return headers, body, sealed, nil
 }
 
+// answerReleased finishes a request whose claim was released without a
+// stored response: it counts the release, then re-raises the handler's
+// panic or sends its answer.
+func (rt *route) answerReleased(w http.ResponseWriter, id recordID, rw *recorder, panicked any) {
+	rt.e.m.released.WithLabelValues(id.operation).Inc()
+	if panicked != nil {
+		panic(panicked)
+	}
+	rw.sendTo(w)
+}
+
 // runHandler runs next with a recorder; panicked is non-nil when it panicked.
 func runHandler(next http.Handler, r *http.Request) (rw *recorder, panicked any) {
 	rw = newRecorder()

@@ -140,11 +140,7 @@ func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Req
 	if panicked != nil || !rt.cfg.Store(rw.code()) {
 		_ = tx.Rollback(bg)
 		conn.Release()
-		rt.e.m.released.WithLabelValues(id.operation).Inc()
-		if panicked != nil {
-			panic(panicked)
-		}
-		rw.sendTo(w)
+		rt.answerReleased(w, id, rw, panicked)
 		return
 	}
 

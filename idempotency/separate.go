@@ -89,11 +89,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 			// The lease runs out and a retry recovers the claim.
 			rt.e.log.Error("idempotency: release failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
 		}
-		rt.e.m.released.WithLabelValues(id.operation).Inc()
-		if panicked != nil {
-			panic(panicked)
-		}
-		rw.sendTo(w)
+		rt.answerReleased(w, id, rw, panicked)
 		return
 	}
 
