@@ -134,9 +134,7 @@ func (c *Config) withDefaults() Config {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "drift: Config."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "drift: Config")
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}

@@ -63,9 +63,7 @@ func (c *Config) withDefaults() Config {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "idempotency: Config."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "idempotency: Config")
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
@@ -199,9 +197,7 @@ func (r *Route) withDefaults() Route {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (r *Route) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "idempotency: Route."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "idempotency: Route")
 	switch {
 	case r.Operation == "":
 		return bad("Operation", "required")

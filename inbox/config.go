@@ -162,9 +162,7 @@ func (c *Config) withDefaults() Config {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "inbox: Config."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "inbox: Config")
 	if c.Name == "" {
 		return bad("Name", "required")
 	}

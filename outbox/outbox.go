@@ -110,9 +110,7 @@ func (c *Config) withDefaults() Config {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "outbox: Config."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "outbox: Config")
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}

@@ -175,9 +175,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *RelayConfig) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "outbox: RelayConfig."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "outbox: RelayConfig")
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}

@@ -121,9 +121,7 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *DispatcherConfig) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "sideeffect: DispatcherConfig."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "sideeffect: DispatcherConfig")
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}

@@ -22,6 +22,15 @@ func New(sentinel error, field, format string, args ...any) error {
 	return &Error{field: field, sentinel: sentinel, detail: fmt.Errorf(format, args...)}
 }
 
+// For returns New bound to sentinel and to config, a config type's name
+// written "pkg: Config": the func a validate method calls with a field's
+// name ("Schema") for each bad field.
+func For(sentinel error, config string) func(field, format string, args ...any) error {
+	return func(field, format string, args ...any) error {
+		return New(sentinel, config+"."+field, format, args...)
+	}
+}
+
 // Error returns "pkg: Config.Field: detail". A detail that starts with the
 // package's own prefix (a wrapped package error) loses it, so the prefix
 // shows once.

@@ -23,3 +23,16 @@ func TestNew(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestFor(t *testing.T) {
+	t.Parallel()
+	sentinel := errors.New("pkg: invalid config")
+	bad := For(sentinel, "pkg: RelayConfig")
+	err := bad("MaxAttempts", "%d must be positive", 0)
+	if got, want := err.Error(), "pkg: RelayConfig.MaxAttempts: 0 must be positive"; got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("%v does not wrap the sentinel", err)
+	}
+}

@@ -136,9 +136,7 @@ func (c *Config) withDefaults() Config {
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return cfgerr.New(ErrInvalidConfig, "webhook: Config."+field, format, args...)
-	}
+	bad := cfgerr.For(ErrInvalidConfig, "webhook: Config")
 	if c.URL == "" {
 		return bad("URL", "required")
 	}
