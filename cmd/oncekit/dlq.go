@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -168,12 +169,7 @@ func printDeadLetter(e *env, dl inbox.DeadLetter) {
 		fmt.Fprintf(e.stdout, "replayed:   %s\n", dl.ReplayedAt.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(e.stdout, "reason:     %s\nheaders:\n", dl.Reason)
-	keys := make([]string, 0, len(dl.Headers))
-	for k := range dl.Headers {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(dl.Headers)) {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", k, strings.Join(dl.Headers[k], ", "))
 	}
 	if utf8.Valid(dl.Payload) {

@@ -13,9 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"syscall"
 )
 
@@ -95,12 +96,7 @@ func run(ctx context.Context, e *env, args []string) int {
 
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "usage: oncekit <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun `oncekit <command> -h` for a command's flags. Common environment:\n"+

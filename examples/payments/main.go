@@ -25,9 +25,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,12 +102,7 @@ func onPool(run func(ctx context.Context, cfg *config, pool *pgxpool.Pool) error
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: payments <role> [flags]\n\nroles:")
-	names := make([]string, 0, len(roles))
-	for n := range roles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(roles)) {
 		fmt.Fprintf(w, "  %-9s %s\n", n, roles[n].summary)
 	}
 }

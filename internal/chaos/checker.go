@@ -3,7 +3,8 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,12 +67,7 @@ func (v *Verdict) Pass() bool { return len(v.violated) == 0 }
 
 // Violated lists the violated invariants, sorted.
 func (v *Verdict) Violated() []string {
-	names := make([]string, 0, len(v.violated))
-	for n := range v.violated {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(v.violated))
 }
 
 func (v *Verdict) fail(inv, format string, args ...any) {

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,12 +65,7 @@ func parse(r io.Reader) (*run, error) {
 
 // keys returns the metrics in name order.
 func (r *run) keys() []string {
-	keys := make([]string, 0, len(r.samples))
-	for k := range r.samples {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return slices.Sorted(maps.Keys(r.samples))
 }
 
 // median is the median of metric k's samples; 0 when there is none.
