@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // Consumer processes the messages of a Source with a Handler, once each.
@@ -291,14 +292,7 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 			it.failed = false
 		}
 	}
-	timer := time.NewTimer(delay)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
+	return wait.Sleep(ctx, delay)
 }
 
 // item is one delivery on its way through the consumer.
