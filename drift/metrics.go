@@ -1,9 +1,9 @@
 package drift
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/internal/promshare"
 )
 
 type metrics struct {
@@ -29,23 +29,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Unix time of the last completed drift run.",
 		}),
 	}
-	var err error
-	// Checkers sharing a registerer share the series.
-	register := func(c prometheus.Collector) prometheus.Collector {
-		if rerr := reg.Register(c); rerr != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(rerr, &are) {
-				return are.ExistingCollector
-			}
-			err = errors.Join(err, rerr)
-		}
-		return c
-	}
-	m.value = register(m.value).(*prometheus.GaugeVec)
-	m.drift = register(m.drift).(*prometheus.GaugeVec)
-	m.failed = register(m.failed).(*prometheus.GaugeVec)
-	m.runs = register(m.runs).(prometheus.Counter)
-	m.lastRun = register(m.lastRun).(prometheus.Gauge)
+	var err error // checkers sharing a registerer share the series
+	m.value = promshare.Register(reg, m.value, &err)
+	m.drift = promshare.Register(reg, m.drift, &err)
+	m.failed = promshare.Register(reg, m.failed, &err)
+	m.runs = promshare.Register(reg, m.runs, &err)
+	m.lastRun = promshare.Register(reg, m.lastRun, &err)
 	return m, err
 }
 

@@ -1,10 +1,11 @@
 package inbox
 
 import (
-	"errors"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/internal/promshare"
 )
 
 // metrics are the consumer's Prometheus series, labelled by consumer only.
@@ -22,13 +23,9 @@ type metrics struct {
 // register registers c, or returns the collector already registered under
 // the same description, so that several consumers can share a registerer.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
+	var err error
+	c = promshare.Register(reg, c, &err)
+	if err != nil {
 		panic(err)
 	}
 	return c

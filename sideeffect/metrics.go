@@ -1,9 +1,9 @@
 package sideeffect
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/internal/promshare"
 )
 
 // metrics are the dispatcher's Prometheus collectors. Labels are bounded:
@@ -42,24 +42,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var err error
-	register := func(c prometheus.Collector) prometheus.Collector {
-		if rerr := reg.Register(c); rerr != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(rerr, &are) {
-				return are.ExistingCollector // several dispatchers on one registry share
-			}
-			err = errors.Join(err, rerr)
-		}
-		return c
-	}
-	m.transitions = register(m.transitions).(*prometheus.CounterVec)
-	m.firedToConfirmed = register(m.firedToConfirmed).(*prometheus.HistogramVec)
-	m.attempts = register(m.attempts).(*prometheus.HistogramVec)
-	m.unknown = register(m.unknown).(*prometheus.GaugeVec)
-	m.duplicates = register(m.duplicates).(*prometheus.CounterVec)
-	m.calls = register(m.calls).(*prometheus.CounterVec)
-	m.callSeconds = register(m.callSeconds).(*prometheus.HistogramVec)
+	var err error // several dispatchers on one registry share the series
+	m.transitions = promshare.Register(reg, m.transitions, &err)
+	m.firedToConfirmed = promshare.Register(reg, m.firedToConfirmed, &err)
+	m.attempts = promshare.Register(reg, m.attempts, &err)
+	m.unknown = promshare.Register(reg, m.unknown, &err)
+	m.duplicates = promshare.Register(reg, m.duplicates, &err)
+	m.calls = promshare.Register(reg, m.calls, &err)
+	m.callSeconds = promshare.Register(reg, m.callSeconds, &err)
 	return m, err
 }
 
