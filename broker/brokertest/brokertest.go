@@ -94,6 +94,15 @@ func Run(t *testing.T, h Harness) {
 // timeout bounds every wait of the suite.
 const timeout = 30 * time.Second
 
+// openEnv starts a test on a fresh destination with a source open on it,
+// closed when the test ends.
+func openEnv(t *testing.T, h Harness) (Env, broker.Source) {
+	env := h.New(t)
+	src, closeSrc := env.Open(t)
+	t.Cleanup(closeSrc)
+	return env, src
+}
+
 func newMsg(env Env, i int) broker.Message {
 	return broker.Message{ID: uuid.New(), Subject: env.Subject, Payload: []byte(fmt.Sprintf("m%d", i))}
 }
@@ -171,9 +180,7 @@ func ack(t *testing.T, ds ...broker.Delivery) {
 func eventID(d broker.Delivery) string { return d.Header(broker.HeaderEventID) }
 
 func testPublishAck(t *testing.T, h Harness) {
-	env := h.New(t)
-	src, closeSrc := env.Open(t)
-	defer closeSrc()
+	env, src := openEnv(t, h)
 	msgs := make([]broker.Message, 5)
 	want := map[string]string{}
 	for i := range msgs {
@@ -219,9 +226,7 @@ func testBatchResults(t *testing.T, h Harness) {
 }
 
 func testDedup(t *testing.T, h Harness) {
-	env := h.New(t)
-	src, closeSrc := env.Open(t)
-	defer closeSrc()
+	env, src := openEnv(t, h)
 	m := newMsg(env, 0)
 	publishOK(t, env, m)
 	res := publish(t, env, m)
@@ -243,9 +248,7 @@ func testDedup(t *testing.T, h Harness) {
 }
 
 func testHeaders(t *testing.T, h Harness) {
-	env := h.New(t)
-	src, closeSrc := env.Open(t)
-	defer closeSrc()
+	env, src := openEnv(t, h)
 	m := newMsg(env, 0)
 	m.Key = "order-42"
 	m.Headers = map[string]string{
@@ -292,9 +295,7 @@ func testRedeliveryAfterCrash(t *testing.T, h Harness) {
 }
 
 func testNakWithDelay(t *testing.T, h Harness) {
-	env := h.New(t)
-	src, closeSrc := env.Open(t)
-	defer closeSrc()
+	env, src := openEnv(t, h)
 	m := newMsg(env, 0)
 	publishOK(t, env, m)
 	d := receive(t, src, 1)[0]
@@ -312,9 +313,7 @@ func testKeyOrder(t *testing.T, h Harness) {
 	if !h.Features.OrderedByKey {
 		t.Skip("the broker does not promise per-key order")
 	}
-	env := h.New(t)
-	src, closeSrc := env.Open(t)
-	defer closeSrc()
+	env, src := openEnv(t, h)
 	const n = 20
 	var want []string
 	for i := range n {
@@ -359,9 +358,7 @@ func testClose(t *testing.T, h Harness) {
 }
 
 func testLimits(t *testing.T, h Harness) {
-	env := h.New(t)
-	src, closeSrc := env.Open(t)
-	defer closeSrc()
+	_, src := openEnv(t, h)
 	l, err := src.Limits(context.Background())
 	require.NoError(t, err)
 	require.Positive(t, l.AckWait, "an ack wait, for the inbox's retention check")
