@@ -136,19 +136,13 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 			return nil, err
 		}
 		members = append(members, member{name: name, units: utf16.Encode([]rune(name)), value: v})
-		p.skipSpace()
-		if p.pos >= len(p.in) {
-			return nil, p.errorf("unterminated object")
+		end, err := p.separator('}', "object")
+		if err != nil {
+			return nil, err
 		}
-		if p.in[p.pos] == ',' {
-			p.pos++
-			continue
+		if end {
+			break
 		}
-		if p.in[p.pos] != '}' {
-			return nil, p.errorf("expected ',' or '}'")
-		}
-		p.pos++
-		break
 	}
 	slices.SortFunc(members, func(a, b member) int { return slices.Compare(a.units, b.units) })
 	out = append(out, '{')
@@ -183,20 +177,33 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 		if out, err = p.value(out, depth+1); err != nil {
 			return nil, err
 		}
-		p.skipSpace()
-		if p.pos >= len(p.in) {
-			return nil, p.errorf("unterminated array")
+		end, err := p.separator(']', "array")
+		if err != nil {
+			return nil, err
 		}
-		if p.in[p.pos] == ',' {
-			p.pos++
-			continue
+		if end {
+			return append(out, ']'), nil
 		}
-		if p.in[p.pos] != ']' {
-			return nil, p.errorf("expected ',' or ']'")
-		}
-		p.pos++
-		return append(out, ']'), nil
 	}
+}
+
+// separator reads what follows a member of an object or an element of an
+// array (what): ',' before the next one, or closing, the container's end,
+// which it reports as end.
+func (p *jcsParser) separator(closing byte, what string) (end bool, err error) {
+	p.skipSpace()
+	if p.pos >= len(p.in) {
+		return false, p.errorf("unterminated %s", what)
+	}
+	switch p.in[p.pos] {
+	case ',':
+		p.pos++
+		return false, nil
+	case closing:
+		p.pos++
+		return true, nil
+	}
+	return false, p.errorf("expected ',' or '%c'", closing)
 }
 
 // str parses a JSON string at p.pos and returns its decoded value, rejecting
