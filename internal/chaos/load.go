@@ -12,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/wait"
+	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
 
 // Load sends payments to the API processes: each operation under a fresh
@@ -103,26 +106,17 @@ func (l *Load) execute(ctx context.Context, client *http.Client, rng *rand.Rand,
 		switch {
 		case err == nil && status >= 200 && status < 300:
 			op.Outcome = OK
-		case err == nil && status >= 400 && status < 500 && !retryable(status):
+		case err == nil && status >= 400 && status < 500 && !webhook.Retryable(status): // a 4xx but "not now" is final
 			op.Outcome = Failed
 		}
 		if op.Outcome != Unknown {
 			break
 		}
 		api++ // the next attempt goes to another API process
-		pause := time.Duration(50+rng.IntN(250)) * time.Millisecond
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
+		wait.Sleep(ctx, time.Duration(50+rng.IntN(250))*time.Millisecond)
 	}
 	op.End = time.Now()
 	return op
-}
-
-// retryable 4xx answers say "not now", not "never".
-func retryable(status int) bool {
-	return status == http.StatusConflict || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout
 }
 
 func post(ctx context.Context, client *http.Client, url, key string, body []byte, timeout time.Duration) (int, error) {
