@@ -186,10 +186,7 @@ func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 				c.log.Warn("inbox receive failed", "err", err, "consecutive_failures", failures)
 				lastLog = time.Now()
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(250 * time.Millisecond):
-			}
+			wait.Sleep(ctx, 250*time.Millisecond)
 			continue
 		}
 		if failures > 0 {
