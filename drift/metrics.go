@@ -13,28 +13,25 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	var err error // checkers sharing a registerer share the series
 	gauge := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "oncekit", Subsystem: "drift", Name: name, Help: help}, []string{"check"})
+		return promshare.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "oncekit", Subsystem: "drift", Name: name, Help: help,
+		}, []string{"check"}), &err)
 	}
 	m := &metrics{
 		value:  gauge("value", "Figure measured by each drift check at its last run (count, or seconds for ages)."),
 		drift:  gauge("findings", "1 when the check found drift at its last run, else 0."),
 		failed: gauge("check_failed", "1 when the check could not run at its last run (timed out, failed), else 0."),
-		runs: prometheus.NewCounter(prometheus.CounterOpts{
+		runs: promshare.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "oncekit", Subsystem: "drift", Name: "runs_total",
 			Help: "Completed drift runs.",
-		}),
-		lastRun: prometheus.NewGauge(prometheus.GaugeOpts{
+		}), &err),
+		lastRun: promshare.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "oncekit", Subsystem: "drift", Name: "last_run_timestamp_seconds",
 			Help: "Unix time of the last completed drift run.",
-		}),
+		}), &err),
 	}
-	var err error // checkers sharing a registerer share the series
-	m.value = promshare.Register(reg, m.value, &err)
-	m.drift = promshare.Register(reg, m.drift, &err)
-	m.failed = promshare.Register(reg, m.failed, &err)
-	m.runs = promshare.Register(reg, m.runs, &err)
-	m.lastRun = promshare.Register(reg, m.lastRun, &err)
 	return m, err
 }
 
