@@ -67,16 +67,24 @@ func NewStore(schema string) (*Store, error) {
 		// A retention pass (pgsql.PruneInTIDOrder) over consumer $1's
 		// claims processed before $2: the first and last of them, then
 		// batches of up to $5 after tuple id $3 and up to $4, each deleted
-		// by ctid (locked by the same statement, so it cannot change).
+		// by ctid. One pass at a time works on a consumer's claims: a batch
+		// takes the consumer's advisory lock or, when another pass holds
+		// it, looks at no claim (that pass deletes them). Claims are not
+		// locked one by one (that wrote a lock into each before its
+		// deletion: decision 019); nothing updates a claim, and the DELETE
+		// checks again that the row is one to delete.
 		pruneClaimBounds: r(`SELECT min(ctid), max(ctid) FROM {schema}.processed_messages
 			WHERE consumer = $1 AND processed_at < $2`),
-		pruneClaim: r(`WITH batch AS (
+		pruneClaim: r(`WITH pass AS (
+				SELECT pg_try_advisory_xact_lock(hashtext('oncekit.inbox.prune:{schema}'), hashtext($1)) AS took),
+			batch AS (
 				SELECT ctid FROM {schema}.processed_messages
-				WHERE ctid > $3 AND ctid <= $4 AND consumer = $1 AND processed_at < $2
-				LIMIT $5
-				FOR UPDATE SKIP LOCKED),
-			gone AS (DELETE FROM {schema}.processed_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)))
-			SELECT count(*), max(ctid) FROM batch`),
+				WHERE (SELECT took FROM pass) AND ctid > $3 AND ctid <= $4 AND consumer = $1 AND processed_at < $2
+				LIMIT $5),
+			gone AS (DELETE FROM {schema}.processed_messages
+				WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND consumer = $1 AND processed_at < $2
+				RETURNING 1)
+			SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM gone), (SELECT max(ctid) FROM batch)`),
 	}, nil
 }
 

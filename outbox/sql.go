@@ -307,13 +307,18 @@ func renderRelaySQL(schema string) relaySQL {
 		// nor the index entries of the rows the pass already deleted (dead
 		// until vacuum: starting each batch from the partition's start
 		// made a pass quadratic in the rows it deleted). Rows are deleted by
-		// ctid, which spares a primary-key descent per row; a row another
-		// transaction updated meanwhile has a new ctid and stays. One pass at
-		// a time works on a partition: the batch takes the partition's
+		// ctid, which spares a primary-key descent per row. One pass at a
+		// time works on a partition: the batch takes the partition's
 		// advisory lock or, when another relay's pass holds it, looks at no
-		// row (that pass deletes them). The rows themselves are not locked:
-		// FOR UPDATE wrote a lock into every row before its deletion, a
-		// quarter of a pass's time and a sixth of its WAL (decision 019).
+		// row (that pass deletes them). The rows themselves are not locked
+		// (FOR UPDATE wrote a lock into every row before its deletion, a
+		// quarter of a pass's time and a sixth of its WAL: decision 019). A
+		// row another transaction updated since the statement's snapshot
+		// has a new ctid and stays (PostgreSQL 15 follows the update and
+		// checks the ctid again); the DELETE also checks again that the row
+		// is neither held nor within retention, so that this holds whatever
+		// the server version does. (Nothing updates a published row that is
+		// not held in any case.)
 		// It returns whether it took the partition, the rows looked at and
 		// deleted, whether one looked at is within retention, and the last
 		// row looked at.
@@ -330,6 +335,7 @@ func renderRelaySQL(schema string) relaySQL {
 			gone AS (
 				DELETE FROM {schema}.outbox o
 				WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM front WHERE created_at < now() - make_interval(secs => $2)))
+				AND NOT ` + held("o") + ` AND o.created_at < now() - make_interval(secs => $2)
 				RETURNING 1),
 			last AS (SELECT txid, seq FROM front ORDER BY txid DESC, seq DESC LIMIT 1)
 			SELECT EXISTS (SELECT FROM l), (SELECT count(*) FROM front), (SELECT count(*) FROM gone),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -108,7 +109,10 @@ func TestLedgerPruneFindsOldRowsBehindWhereTheLastPassEnded(t *testing.T) {
 	require.Equal(t, 50, b.count(t, `SELECT count(*) FROM side_effects`))
 }
 
-func TestLedgerPruneSkipsRowsAnotherTransactionHolds(t *testing.T) {
+// The ledger is pruned by one pass at a time: a pass that finds another
+// under way (its advisory lock held) leaves the rows to it at once, without
+// waiting for it.
+func TestLedgerPruneLeavesRowsToAPassUnderWay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -117,19 +121,50 @@ func TestLedgerPruneSkipsRowsAnotherTransactionHolds(t *testing.T) {
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, `SELECT 1 FROM side_effects
-		WHERE ctid = (SELECT ctid FROM side_effects ORDER BY ctid OFFSET 20 LIMIT 1) FOR UPDATE`)
+	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('oncekit.sideeffect.prune:"' || $1 || '"'))`, b.db.Schema)
 	require.NoError(t, err)
 
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	n, err := b.ledger.Prune(pctx, b.db.Pool, before, 10)
 	require.NoError(t, err)
-	require.EqualValues(t, 49, n, "every row but the held one")
+	require.Zero(t, n, "the pass under way deletes them")
 	require.NoError(t, tx.Commit(ctx))
 	n, err = b.ledger.Prune(ctx, b.db.Pool, before, 10)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "the next pass deletes it")
+	require.EqualValues(t, 50, n, "once it has ended, the next pass deletes them")
+}
+
+// A failed effect retried while a pass deletes it stays: the DELETE checks
+// the row's state again.
+func TestLedgerPruneKeepsAnEffectRetriedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.insertEffects(t, 50, "failed", `now() - interval '40 days'`)
+	retry, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer retry.Rollback(ctx) //nolint:errcheck
+	_, err = retry.Exec(ctx, `UPDATE side_effects SET state = 'pending', next_attempt_at = now()
+		WHERE ctid = (SELECT ctid FROM side_effects ORDER BY ctid OFFSET 20 LIMIT 1)`)
+	require.NoError(t, err)
+
+	pruned := make(chan int64, 1)
+	go func() {
+		n, err := b.ledger.Prune(ctx, b.db.Pool, time.Now().Add(-30*24*time.Hour), 10)
+		assert.NoError(t, err)
+		pruned <- n
+	}()
+	// The pass's DELETE meets the retried row and waits for its transaction.
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND position('oncekit.sideeffect.prune:"' || $1 || '"' IN query) > 0`, b.db.Schema).Scan(&n))
+		return n > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, retry.Commit(ctx))
+	require.EqualValues(t, 49, <-pruned)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM side_effects WHERE state = 'pending'`))
 }
 
 func TestConcurrentLedgerPrunePassesDeleteEachRowOnce(t *testing.T) {

@@ -138,17 +138,24 @@ WHERE next_attempt_at = 'infinity' AND state = 'unknown' GROUP BY kind`),
 		// A retention pass (pgsql.PruneInTIDOrder) over the confirmed and
 		// failed rows recorded before $1: the first and last of them, then
 		// batches of up to $4 after tuple id $2 and up to $3, each deleted
-		// by ctid (locked by the same statement, so it cannot change), which
-		// spares a primary-key descent per row.
+		// by ctid, which spares a primary-key descent per row. One pass at
+		// a time works on the table: a batch takes the ledger's advisory
+		// lock or, when another pass holds it, looks at no row (that pass
+		// deletes them). Rows are not locked one by one (that wrote a lock
+		// into each before its deletion: decision 019); the DELETE checks
+		// again that the row is one to delete, so a failed effect retried
+		// meanwhile ('pending' again) stays.
 		pruneBounds: r(`SELECT min(ctid), max(ctid) FROM {schema}.side_effects
 WHERE state IN ('confirmed', 'failed') AND created_at < $1`),
-		prune: r(`WITH batch AS (
+		prune: r(`WITH pass AS (SELECT pg_try_advisory_xact_lock(hashtext('oncekit.sideeffect.prune:{schema}')) AS took),
+batch AS (
 	SELECT ctid FROM {schema}.side_effects
-	WHERE ctid > $2 AND ctid <= $3 AND state IN ('confirmed', 'failed') AND created_at < $1
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED),
-gone AS (DELETE FROM {schema}.side_effects WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)))
-SELECT count(*), max(ctid) FROM batch`),
+	WHERE (SELECT took FROM pass) AND ctid > $2 AND ctid <= $3 AND state IN ('confirmed', 'failed') AND created_at < $1
+	LIMIT $4),
+gone AS (DELETE FROM {schema}.side_effects
+	WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND state IN ('confirmed', 'failed') AND created_at < $1
+	RETURNING 1)
+SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM gone), (SELECT max(ctid) FROM batch)`),
 
 		list: r(`SELECT ` + rowColumns + ` FROM {schema}.side_effects
 WHERE ($1 = '' OR state = $1) AND ($2 = '' OR kind = $2) AND id > $3
