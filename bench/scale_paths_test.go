@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
@@ -62,7 +64,8 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			}},
 		},
 		retain: func(b *testing.B, db *testenv.DB) func(ctx context.Context) (int64, error) {
-			r, err := outbox.NewRelay(db.Pool, ackAll{}, &outbox.RelayConfig{Schema: db.Schema, Logger: relayBenchLogger()})
+			r, err := outbox.NewRelay(db.Pool, ackAll{}, &outbox.RelayConfig{Schema: db.Schema, Logger: relayBenchLogger(),
+				RetentionRate: cfg.retentionRate})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -77,8 +80,9 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 				b.Fatal(err)
 			}
 			// What Consumer.Prune does with the default Config.
+			q := pgsql.Spaced(db.Pool, pgsql.RetentionSpacing(cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate), 1000))
 			return func(ctx context.Context) (int64, error) {
-				return s.PruneClaims(ctx, db.Pool, "bench", time.Now().Add(-7*24*time.Hour), 1000)
+				return s.PruneClaims(ctx, q, "bench", time.Now().Add(-7*24*time.Hour), 1000)
 			}
 		},
 	}, {
@@ -90,8 +94,9 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 				b.Fatal(err)
 			}
 			// What the dispatcher's retention does with its defaults.
+			q := pgsql.Spaced(db.Pool, pgsql.RetentionSpacing(cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate), 1000))
 			return func(ctx context.Context) (int64, error) {
-				return l.Prune(ctx, db.Pool, time.Now().Add(-30*24*time.Hour), 1000)
+				return l.Prune(ctx, q, time.Now().Add(-30*24*time.Hour), 1000)
 			}
 		},
 	}, {
@@ -101,7 +106,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			{name: "edge-replay", unit: "req/s", rate: true, n: quarter, measure: scaleEdge(true)},
 		},
 		retain: func(b *testing.B, db *testenv.DB) func(ctx context.Context) (int64, error) {
-			e, err := idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema})
+			e, err := idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema, RetentionRate: cfg.retentionRate})
 			if err != nil {
 				b.Fatal(err)
 			}

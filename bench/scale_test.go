@@ -33,7 +33,9 @@ import (
 // edge measurement; ONCEKIT_SCALE_SECONDS (default 5) the length of a
 // latency run and of the paced run without retention; ONCEKIT_SCALE_TABLES
 // picks tables (comma-separated, default all); ONCEKIT_SCALE_RETENTION_MAX
-// (default 300) bounds a retention run, in seconds. Run it with `make
+// (default 300) bounds a retention run, in seconds;
+// ONCEKIT_SCALE_RETENTION_RATE sets the retention runs' RetentionRate
+// (default: the components' default; negative: no limit). Run it with `make
 // bench-scale`; `make bench` leaves it out.
 func BenchmarkScale(b *testing.B) {
 	cfg := scaleConfigFromEnv(b)
@@ -95,12 +97,13 @@ func scaleMeasure(b *testing.B, p scalePath, db *testenv.DB, rows int) figure {
 
 // scaleConfig is BenchmarkScale's configuration, from the environment.
 type scaleConfig struct {
-	rows         []int         // row counts to fill to, ascending
-	pairs        int           // paired measurements of each path at each row count
-	n            int           // messages of one relay or consumer measurement
-	seconds      int           // length of a latency run and of a paced run
-	tables       []string      // the tables to measure (empty: all)
-	retentionMax time.Duration // bound of one retention run
+	rows          []int         // row counts to fill to, ascending
+	pairs         int           // paired measurements of each path at each row count
+	n             int           // messages of one relay or consumer measurement
+	seconds       int           // length of a latency run and of a paced run
+	tables        []string      // the tables to measure (empty: all)
+	retentionMax  time.Duration // bound of one retention run
+	retentionRate int           // RetentionRate of the retention runs (0: the default)
 }
 
 func scaleConfigFromEnv(b *testing.B) scaleConfig {
@@ -110,6 +113,13 @@ func scaleConfigFromEnv(b *testing.B) scaleConfig {
 		pairs:        max(1, envInt("ONCEKIT_SCALE_PAIRS", 3)),
 		seconds:      envInt("ONCEKIT_SCALE_SECONDS", 5),
 		retentionMax: time.Duration(envInt("ONCEKIT_SCALE_RETENTION_MAX", 300)) * time.Second,
+	}
+	if r := os.Getenv("ONCEKIT_SCALE_RETENTION_RATE"); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil {
+			b.Fatalf("ONCEKIT_SCALE_RETENTION_RATE: %q is not a whole number", r)
+		}
+		cfg.retentionRate = n
 	}
 	for _, s := range strings.Split(cmp.Or(os.Getenv("ONCEKIT_SCALE_ROWS"), "0,1000000,10000000"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

@@ -41,6 +41,12 @@ type Config struct {
 	// RetentionBatch is the most rows one retention DELETE removes. Defaults
 	// to 1000.
 	RetentionBatch int
+	// RetentionRate is the most rows per second a retention pass deletes: it
+	// pauses between its statements to stay under it, so that a large
+	// backlog (retention stopped for a while, Retention shortened) does not
+	// take the database's CPU and I/O from the hot paths. Defaults to
+	// 60,000; negative: no limit.
+	RetentionRate int
 }
 
 // ErrInvalidConfig is wrapped by the error New and Edge.Route return
@@ -57,6 +63,7 @@ func (c *Config) withDefaults() Config {
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
 	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
+	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
 	return out
 }
 

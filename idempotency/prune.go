@@ -4,19 +4,23 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // Prune runs one retention pass: it deletes expired completed records (past
-// their Route.TTL), Config.RetentionBatch rows per statement, until none is
-// left, and returns how many it deleted.
+// their Route.TTL), Config.RetentionBatch rows per statement and at most
+// Config.RetentionRate rows per second, until none is left, and returns how
+// many it deleted.
 // In-progress records are never touched, whatever their age. It also
 // refreshes the in-progress gauges.
 func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	var total int64
+	q := pgsql.Spaced(e.db, pgsql.RetentionSpacing(e.cfg.RetentionRate, e.cfg.RetentionBatch))
 	from := time.Time{} // each batch starts at the last expiry the previous one deleted
 	for {
 		var n int64
-		if err := e.db.QueryRow(ctx, e.sql.prune, e.cfg.RetentionBatch, from).Scan(&n, &from); err != nil {
+		if err := q.QueryRow(ctx, e.sql.prune, e.cfg.RetentionBatch, from).Scan(&n, &from); err != nil {
 			return total, fmt.Errorf("idempotency: prune: %w", err)
 		}
 		total += n

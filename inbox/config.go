@@ -89,6 +89,12 @@ type Config struct {
 	// RetentionBatch bounds the rows one retention DELETE removes. Defaults
 	// to 1000.
 	RetentionBatch int
+	// RetentionRate is the most rows per second a retention pass deletes: it
+	// pauses between its statements to stay under it, so that a large
+	// backlog (retention stopped for a while, Retention shortened) does not
+	// take the database's CPU and I/O from the hot paths. Defaults to
+	// 60,000; negative: no limit.
+	RetentionRate int
 	// DeadLetterRetention is how long the consumer's dead letters are kept
 	// once replayed (counted from the replay); the retention sweep deletes
 	// older ones, RetentionBatch rows per statement. Dead letters not yet
@@ -153,6 +159,7 @@ func (c *Config) withDefaults() Config {
 	out.Retention = cmp.Or(out.Retention, 7*24*time.Hour)
 	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
 	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
+	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
 	out.DeadLetterRetention = cmp.Or(out.DeadLetterRetention, 7*24*time.Hour)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.Propagator = trace.Or(out.Propagator)

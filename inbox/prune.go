@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // retain prunes the consumer's claims older than Retention and its dead
@@ -27,14 +29,16 @@ func (c *Consumer) retain(ctx context.Context) {
 }
 
 // Prune runs one retention pass: it deletes the consumer's claims older
-// than Retention, RetentionBatch rows per statement, and returns how many it
+// than Retention, RetentionBatch rows per statement and at most
+// RetentionRate rows per second, and returns how many it
 // deleted (Store.PruneClaims). It deletes nothing when Retention is negative.
 // Run calls it every RetentionInterval.
 func (c *Consumer) Prune(ctx context.Context) (int64, error) {
 	if c.cfg.Retention < 0 {
 		return 0, nil
 	}
-	return c.store.PruneClaims(ctx, c.db, c.cfg.Name, time.Now().Add(-c.cfg.Retention), c.cfg.RetentionBatch)
+	q := pgsql.Spaced(c.db, pgsql.RetentionSpacing(c.cfg.RetentionRate, c.cfg.RetentionBatch))
+	return c.store.PruneClaims(ctx, q, c.cfg.Name, time.Now().Add(-c.cfg.Retention), c.cfg.RetentionBatch)
 }
 
 // PruneDeadLetters deletes the consumer's dead letters replayed more than

@@ -341,9 +341,10 @@ func (s *Store) pruneReplayed(ctx context.Context, q oncekit.Querier, consumer s
 // batch is not positive), and returns how many it deleted. Each statement
 // starts where the previous one ended, in the table's physical order, so a
 // pass reads each page a bounded number of times however many rows it
-// deletes. Claims another transaction holds are skipped, left to the next
-// pass. Consumer.Prune calls it with the Consumer's Retention and
-// RetentionBatch.
+// deletes. One pass at a time works on a consumer's claims: a pass that
+// finds another under way leaves the claims to it and returns. It runs its
+// statements as fast as q takes them; Consumer.Prune calls it with the
+// Consumer's Retention and RetentionBatch, spaced to RetentionRate.
 func (s *Store) PruneClaims(ctx context.Context, q oncekit.Querier, consumer string, before time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = 1000

@@ -76,6 +76,12 @@ type RelayConfig struct {
 	// RetentionBatch is the most rows one retention DELETE removes. Defaults
 	// to 1000.
 	RetentionBatch int
+	// RetentionRate is the most rows per second a retention pass deletes: it
+	// pauses between its statements to stay under it, so that a large
+	// backlog (retention stopped for a while, Retention shortened) does not
+	// take the database's CPU and I/O from the hot paths. Defaults to
+	// 60,000; negative: no limit.
+	RetentionRate int
 	// StatsInterval is the period at which the gauges (oldest unpublished age,
 	// parked) are refreshed. Defaults to 5s.
 	StatsInterval time.Duration
@@ -167,6 +173,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
 	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
 	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
+	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
 	out.StatsInterval = cmp.Or(out.StatsInterval, 5*time.Second)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	return out

@@ -27,19 +27,21 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 
 // Prune runs one retention pass: it deletes published rows enqueued more
 // than RelayConfig.Retention ago, partition by partition, RetentionBatch rows
-// per statement, and returns how many it deleted. Run calls it every
+// per statement and at most RetentionRate rows per second, and returns how
+// many it deleted. Run calls it every
 // RetentionInterval unless Retention is negative. Retention counts from
 // Enqueue (created_at), not from publication: a message published late (after
 // an outage or once unparked) may be deleted sooner after it went out.
 func (r *Relay) Prune(ctx context.Context) (int64, error) {
 	var total int64
+	q := pgsql.Spaced(r.pool, pgsql.RetentionSpacing(r.cfg.RetentionRate, r.cfg.RetentionBatch))
 	for p := 0; p < r.cfg.Partitions && ctx.Err() == nil; p++ {
 		// Each batch starts after the last row the previous one looked at.
 		afterTxid, afterSeq := "0", int64(0)
 		for ctx.Err() == nil {
 			var took, young bool
 			var looked, deleted int64
-			if err := r.pool.QueryRow(ctx, r.sql.prune, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
+			if err := q.QueryRow(ctx, r.sql.prune, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
 				afterTxid, afterSeq).Scan(&took, &looked, &deleted, &young, &afterTxid, &afterSeq); err != nil {
 				return total, err
 			}

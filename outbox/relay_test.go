@@ -230,6 +230,32 @@ func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 
 func testenvNATSURL(b *bundle) string { return b.nats.URL }
 
+// A retention pass deletes at most RetentionRate rows per second: it spaces
+// its statements RetentionBatch/RetentionRate apart.
+func TestRetentionRateBoundsAPass(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (id, partition, subject, payload, created_at)
+		SELECT gen_random_uuid(), 0, 's', '', now() - interval '2 hours' FROM generate_series(1, 200)`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+		SELECT 0, txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1`)
+	require.NoError(t, err)
+	pub, _ := publisher(t, testenvNATSURL(b))
+	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour,
+		RetentionBatch: 20, RetentionRate: 400, Partitions: 1})
+	require.NoError(t, err)
+	start := time.Now()
+	n, err := r.Prune(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 200, n)
+	// 11 statements (10 full batches, then the one that finds none left), 50 ms apart.
+	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond)
+	require.Less(t, float64(n)/time.Since(start).Seconds(), 400.0*1.1)
+}
+
+
 // Two relays' retention passes at once share the work: each partition is
 // deleted by one pass at a time, each row once, and neither waits for the
 // other. A partition whose pass is under way elsewhere (its advisory lock

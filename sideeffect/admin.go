@@ -145,9 +145,11 @@ func (l *Ledger) actionErr(ctx context.Context, q oncekit.Querier, op string, id
 // recorded before before, batch rows per statement (1000 when batch is not
 // positive), and returns how many it deleted. Each statement starts where the
 // previous one ended, in the table's physical order, so a pass reads each
-// page a bounded number of times however many rows it deletes. Rows a
-// dispatcher or an operator holds are skipped, left to the next pass.
-// Dispatcher.Prune calls it with its Retention and RetentionBatch. A pruned
+// page a bounded number of times however many rows it deletes. One pass at
+// a time works on the ledger: a pass that finds another under way leaves the
+// rows to it and returns. An effect an operator retries meanwhile stays. It
+// runs its statements as fast as q takes them; Dispatcher.Prune calls it
+// with its Retention and RetentionBatch, spaced to RetentionRate. A pruned
 // effect can be recorded (and fired) again: keep rows longer than any
 // redelivery or retry of their source.
 func (l *Ledger) Prune(ctx context.Context, q oncekit.Querier, before time.Time, batch int) (int64, error) {

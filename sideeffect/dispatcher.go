@@ -77,6 +77,12 @@ type DispatcherConfig struct {
 	// RetentionBatch caps the rows one retention DELETE removes. Defaults to
 	// 1000.
 	RetentionBatch int
+	// RetentionRate is the most rows per second a retention pass deletes: it
+	// pauses between its statements to stay under it, so that a large
+	// backlog (retention stopped for a while, Retention shortened) does not
+	// take the database's CPU and I/O from the hot paths. Defaults to
+	// 60,000; negative: no limit.
+	RetentionRate int
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Propagator puts each effect's stored trace context (Call.Trace) into
@@ -104,6 +110,7 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.FlushSize = cmp.Or(out.FlushSize, 500)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
 	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
+	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
 	out.PollInterval = cmp.Or(out.PollInterval, 200*time.Millisecond)
 	out.CallTimeout = cmp.Or(out.CallTimeout, 30*time.Second)
 	out.Lease = cmp.Or(out.Lease, 2*out.CallTimeout+10*time.Second)

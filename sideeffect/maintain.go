@@ -3,6 +3,8 @@ package sideeffect
 import (
 	"context"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // maintainLoop runs recovery of expired leases (and refreshes the unknown
@@ -100,12 +102,14 @@ func (d *Dispatcher) refreshUnknown(ctx context.Context) {
 
 // Prune runs one retention pass: it deletes the confirmed and failed effects
 // recorded more than DispatcherConfig.Retention ago, RetentionBatch rows per
-// statement, and returns how many it deleted (Ledger.Prune). It deletes
+// statement and at most RetentionRate rows per second, and returns how many
+// it deleted (Ledger.Prune). It deletes
 // nothing when Retention is negative. Run calls it every RetentionInterval.
 func (d *Dispatcher) Prune(ctx context.Context) (int64, error) {
 	if d.cfg.Retention < 0 {
 		return 0, nil
 	}
 	l := &Ledger{schema: d.cfg.Schema, sql: d.sql}
-	return l.Prune(ctx, d.db, time.Now().Add(-d.cfg.Retention), d.cfg.RetentionBatch)
+	q := pgsql.Spaced(d.db, pgsql.RetentionSpacing(d.cfg.RetentionRate, d.cfg.RetentionBatch))
+	return l.Prune(ctx, q, time.Now().Add(-d.cfg.Retention), d.cfg.RetentionBatch)
 }

@@ -24,16 +24,17 @@ func init() {
 type dispatchFile struct {
 	Endpoints map[string]endpointFile `json:"endpoints"`
 	// Dispatcher settings; flags given on the command line win.
-	Concurrency  int      `json:"concurrency"`
-	BatchSize    int      `json:"batch_size"`
-	PollInterval duration `json:"poll_interval"`
-	Lease        duration `json:"lease"`
-	CallTimeout  duration `json:"call_timeout"`
-	Recover      duration `json:"recover_interval"`
-	MinBackoff   duration `json:"min_backoff"`
-	MaxBackoff   duration `json:"max_backoff"`
-	MaxAttempts  int      `json:"max_attempts"`
-	Retention    duration `json:"retention"`
+	Concurrency   int      `json:"concurrency"`
+	BatchSize     int      `json:"batch_size"`
+	PollInterval  duration `json:"poll_interval"`
+	Lease         duration `json:"lease"`
+	CallTimeout   duration `json:"call_timeout"`
+	Recover       duration `json:"recover_interval"`
+	MinBackoff    duration `json:"min_backoff"`
+	MaxBackoff    duration `json:"max_backoff"`
+	MaxAttempts   int      `json:"max_attempts"`
+	Retention     duration `json:"retention"`
+	RetentionRate int      `json:"retention_rate"`
 }
 
 // endpointFile is one kind's webhook endpoint.
@@ -102,6 +103,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	maxBackoff := fs.Duration("max-backoff", 10*time.Minute, "longest retry delay")
 	maxAttempts := fs.Int("max-attempts", 25, "attempts before an indefinite error leaves the effect unknown")
 	retention := fs.Duration("retention", 30*24*time.Hour, "keep confirmed/failed effects this long (negative: forever)")
+	retentionRate := fs.Int("retention-rate", 60_000, "most rows retention deletes per second (negative: no limit)")
 	listen := fs.String("listen", "127.0.0.1:9465", "address of /healthz and /metrics (empty: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -158,7 +160,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		PollInterval: pickD(set["poll"], *poll, file.PollInterval), RecoverInterval: pickD(set["recover-interval"], *recoverEvery, file.Recover),
 		MinBackoff: pickD(set["min-backoff"], *minBackoff, file.MinBackoff), MaxBackoff: pickD(set["max-backoff"], *maxBackoff, file.MaxBackoff),
 		Retention: pickD(set["retention"], *retention, file.Retention), Lease: pickD(set["lease"], *lease, file.Lease),
-		CallTimeout: time.Duration(file.CallTimeout),
+		RetentionRate: pick(set["retention-rate"], *retentionRate, file.RetentionRate),
+		CallTimeout:   time.Duration(file.CallTimeout),
 	}
 	providers := map[string]sideeffect.Provider{}
 	var kinds []string

@@ -1,0 +1,89 @@
+package pgsql
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/wait"
+)
+
+// DefaultRetentionRate is the RetentionRate of every retention loop unless
+// configured: the most rows per second one pass deletes.
+const DefaultRetentionRate = 60_000
+
+// RetentionSpacing is the least time between two statements of a retention
+// pass that deletes batch rows per statement and at most rate rows per
+// second: 0 (no pause) when rate is negative.
+func RetentionSpacing(rate, batch int) time.Duration {
+	if rate < 0 {
+		return 0
+	}
+	return time.Duration(float64(batch) / float64(max(rate, 1)) * float64(time.Second))
+}
+
+// Spaced returns q, with each statement started no sooner than every after
+// the previous one started: a retention pass run through it deletes its
+// backlog at a bounded rate, leaving the database's CPU and I/O to the hot
+// paths. A statement waits for its turn or until its ctx ends (its error is
+// then ctx's). With every 0, q is returned as it is.
+func Spaced(q oncekit.Querier, every time.Duration) oncekit.Querier {
+	if every <= 0 {
+		return q
+	}
+	return &spaced{q: q, every: every}
+}
+
+type spaced struct {
+	q     oncekit.Querier
+	every time.Duration
+
+	mu   sync.Mutex
+	next time.Time // when the next statement may start
+}
+
+// turn waits for the next statement's turn.
+func (s *spaced) turn(ctx context.Context) error {
+	s.mu.Lock()
+	now := time.Now()
+	at := s.next
+	if at.Before(now) {
+		at = now
+	}
+	s.next = at.Add(s.every)
+	s.mu.Unlock()
+	if d := at.Sub(now); d > 0 && !wait.Sleep(ctx, d) {
+		return ctx.Err()
+	}
+	return ctx.Err()
+}
+
+func (s *spaced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := s.turn(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return s.q.Exec(ctx, sql, args...)
+}
+
+func (s *spaced) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := s.turn(ctx); err != nil {
+		return nil, err
+	}
+	return s.q.Query(ctx, sql, args...)
+}
+
+func (s *spaced) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := s.turn(ctx); err != nil {
+		return errRow{err}
+	}
+	return s.q.QueryRow(ctx, sql, args...)
+}
+
+// errRow is a pgx.Row whose Scan returns err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
