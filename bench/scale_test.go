@@ -2,6 +2,8 @@ package bench
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -39,6 +41,7 @@ import (
 // bench-scale`; `make bench` leaves it out.
 func BenchmarkScale(b *testing.B) {
 	cfg := scaleConfigFromEnv(b)
+	printServer(b)
 	for _, t := range scaleTables(cfg) {
 		if !cfg.wants(t.table) {
 			continue
@@ -166,4 +169,19 @@ func (f *figure) add(g figure) {
 	f.units += g.units
 	f.elapsed += g.elapsed
 	f.lat = append(f.lat, g.lat...)
+}
+
+// printServer prints, as a configuration line benchsum reads, the
+// PostgreSQL version and the settings that move the scale figures most.
+func printServer(b *testing.B) {
+	b.Helper()
+	db := testenv.NewDB(b)
+	defer db.Close()
+	var line string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT format('%s, shared_buffers %s, max_wal_size %s, checkpoint_timeout %s, autovacuum %s',
+		current_setting('server_version'), current_setting('shared_buffers'), current_setting('max_wal_size'),
+		current_setting('checkpoint_timeout'), current_setting('autovacuum'))`).Scan(&line); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("postgres: %s\n", line)
 }

@@ -63,6 +63,9 @@ func writeRunLines(b *strings.Builder, r *run, runs, note string) {
 	fmt.Fprintf(b, "- Machine: %s cores (`nproc`), CPU %s, %s/%s, %s\n",
 		or(r.config["nproc"], "?"), or(r.config["cpu"], "not recorded"), or(r.config["goos"], "?"), or(r.config["goarch"], "?"), or(r.config["go"], "Go version not recorded"))
 	fmt.Fprintf(b, "- Runs: %s\n", runs)
+	if pg := r.config["postgres"]; pg != "" {
+		fmt.Fprintf(b, "- PostgreSQL: %s\n", pg)
+	}
 	if load := loadNote(r.config); load != "" {
 		fmt.Fprintf(b, "- Load: %s\n", load)
 	}

@@ -25,6 +25,7 @@ func TestScaleSectionOfCapturedRun(t *testing.T) {
 		"| outbox | 20,000 | 20,000 | 66,330 | 46,153 (1.45×) |  | PASS |",
 		"| idempotency_keys | 20,000 | 20,000 | 27,571 | 508 (0.538×) | 130 (3.87×) | MISS |",
 		"| relay | 1,000,000 | 61.5 | 30,000 rows/s | PASS |",
+		"- PostgreSQL: 15.20, shared_buffers 128MB, max_wal_size 1GB, checkpoint_timeout 5min, autovacuum off",
 	)
 	var sum bytes.Buffer
 	writeSummary(&sum, r)
