@@ -1,0 +1,40 @@
+package pgsql_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+func TestRetentionSpacing(t *testing.T) {
+	require.Equal(t, time.Second/60, pgsql.RetentionSpacing(60_000, 1000))
+	require.Equal(t, 2*time.Second, pgsql.RetentionSpacing(500, 1000))
+	require.Zero(t, pgsql.RetentionSpacing(-1, 1000), "negative: no limit")
+}
+
+// Statements through Spaced start every apart, and one waiting for its
+// turn gives up when its context ends.
+func TestSpacedStatements(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	require.Equal(t, oncekit.Querier(db.Pool), pgsql.Spaced(db.Pool, 0), "every 0: q itself")
+	q := pgsql.Spaced(db.Pool, 50*time.Millisecond)
+	ctx := context.Background()
+	start := time.Now()
+	for range 4 {
+		var one int
+		require.NoError(t, q.QueryRow(ctx, "SELECT 1").Scan(&one))
+	}
+	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	_, err := q.Exec(short, "SELECT 1")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
