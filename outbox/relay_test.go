@@ -255,7 +255,6 @@ func TestRetentionRateBoundsAPass(t *testing.T) {
 	require.Less(t, float64(n)/time.Since(start).Seconds(), 400.0*1.1)
 }
 
-
 // Two relays' retention passes at once share the work: each partition is
 // deleted by one pass at a time, each row once, and neither waits for the
 // other. A partition whose pass is under way elsewhere (its advisory lock
@@ -305,7 +304,6 @@ func TestConcurrentPrunesSharePartitions(t *testing.T) {
 	require.EqualValues(t, 200, n)
 	require.Zero(t, countRows(t, b.db))
 }
-
 
 func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
 	t.Parallel()
