@@ -167,8 +167,8 @@ func TestConcurrentPruneClaimsPassesDeleteEachClaimOnce(t *testing.T) {
 
 // A batch that started at the table's first page read every page the pass
 // had already emptied: a pass read on the order of rows²/batch pages. A pass
-// now reads a few pages per row it deletes (the row's page when it is found,
-// locked, and deleted), however many rows it deletes.
+// now reads a few pages per row it deletes (the row's page when it is found
+// and when it is deleted), however many rows it deletes.
 func TestPruneClaimsReadsABoundedNumberOfPagesPerRow(t *testing.T) {
 	t.Parallel()
 	db, s := claimsDB(t)
