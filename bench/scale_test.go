@@ -183,5 +183,8 @@ func printServer(b *testing.B) {
 		current_setting('checkpoint_timeout'), current_setting('autovacuum'))`).Scan(&line); err != nil {
 		b.Fatal(err)
 	}
+	if os.Getenv(scaleServerEnv) == "throwaway" {
+		line = "throwaway cluster (bench/main_test.go), " + line
+	}
 	fmt.Printf("postgres: %s\n", line)
 }

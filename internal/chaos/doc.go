@@ -4,9 +4,9 @@
 //
 //   - NATSCluster: n nats-server processes forming one JetStream cluster,
 //     whose nodes can be SIGKILLed and restarted on the same ports and store.
-//   - PG: a throwaway PostgreSQL cluster (initdb into a temp dir, its own
-//     port) that can be stopped with `pg_ctl stop -m immediate` and started
-//     again through crash recovery.
+//   - StartPG: a throwaway PostgreSQL cluster (internal/pgcluster, with
+//     fsync on and frequent checkpoints) that can be stopped with `pg_ctl
+//     stop -m immediate` and started again through crash recovery.
 //   - PGProxy: a TCP proxy in front of PostgreSQL that follows the frontend
 //     protocol and can cut connections at random or right after a COMMIT
 //     reached the server and before its reply reaches the client.

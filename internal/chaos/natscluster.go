@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // NATSServerEnv names an environment variable that, when set, is the path of
@@ -307,17 +309,5 @@ func (c *NATSCluster) Close() {
 // poll calls check every 50 ms until it returns nil or ctx ends; then it
 // returns the last error of check.
 func poll(ctx context.Context, check func(context.Context) error) error {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
+	return wait.Until(ctx, 50*time.Millisecond, check)
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -181,6 +183,19 @@ func TestPGProxyDropRandomAndThePoolRecovers(t *testing.T) {
 	assert.Equal(t, []int{1}, ids(ctx, t, db))
 	assert.Greater(t, proxy.Stats().Conns, int64(2), "no new connection was made")
 	assertDrops(t, proxy, 2, 0)
+}
+
+// startPG starts a throwaway cluster for one test, skipping the test only
+// when the PostgreSQL server binaries are not installed.
+func startPG(ctx context.Context, t *testing.T) *pgcluster.Cluster {
+	t.Helper()
+	pg, err := StartPG(ctx, t.TempDir())
+	if errors.Is(err, pgcluster.ErrNoPostgres) {
+		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+	}
+	require.NoError(t, err)
+	t.Cleanup(pg.Close)
+	return pg
 }
 
 func TestPGProxySurvivesAServerRestart(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -333,7 +334,7 @@ func natsLoop(ctx context.Context, c *NATSCluster, d time.Duration, seed uint64,
 
 // pgLoop stops PostgreSQL immediately (a crash: no checkpoint, recovery on
 // start) twice a run, at a third and at two thirds.
-func pgLoop(ctx context.Context, pg *PG, d time.Duration, logf func(string, ...any)) int {
+func pgLoop(ctx context.Context, pg *pgcluster.Cluster, d time.Duration, logf func(string, ...any)) int {
 	restarts := 0
 	for range 2 {
 		if !wait.Sleep(ctx, d/3) {
@@ -374,7 +375,7 @@ func progress(ctx context.Context, h *History, sup *Supervisor, logf func(string
 }
 
 // heal brings every NATS node and PostgreSQL back.
-func heal(ctx context.Context, c *NATSCluster, pg *PG) error {
+func heal(ctx context.Context, c *NATSCluster, pg *pgcluster.Cluster) error {
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if conn, err := pgx.Connect(hctx, pg.URL("postgres")); err == nil {

@@ -2,6 +2,7 @@ package wait
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -15,5 +16,23 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// Until calls check every interval until it returns nil or ctx ends; then
+// it returns ctx's error wrapping the last error of check.
+func Until(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
 	}
 }

@@ -2,6 +2,7 @@ package wait
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -22,4 +23,27 @@ func TestSleepEndsWithTheContext(t *testing.T) {
 	start := time.Now()
 	assert.False(t, Sleep(ctx, time.Hour))
 	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+func TestUntilReturnsOnceCheckPasses(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	err := Until(context.Background(), time.Millisecond, func(context.Context) error {
+		calls++
+		if calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	assert.NoError(t, err)
+	assert.Equal(t, 3, calls)
+}
+
+func TestUntilEndsWithTheContextAndTheLastError(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := Until(ctx, time.Millisecond, func(context.Context) error { return errors.New("still down") })
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "still down")
 }

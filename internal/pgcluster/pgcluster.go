@@ -1,9 +1,10 @@
-package chaos
+package pgcluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // PGBinEnv names an environment variable that, when set, is the directory
@@ -23,15 +26,14 @@ import (
 const PGBinEnv = "ONCEKIT_PG_BIN"
 
 // ErrNoPostgres is returned by StartPG when initdb and pg_ctl cannot be found.
-var ErrNoPostgres = errors.New("chaos: PostgreSQL server binaries (initdb, pg_ctl) not found")
+var ErrNoPostgres = errors.New("pgcluster: PostgreSQL server binaries (initdb, pg_ctl) not found")
 
-// pgStartTimeout bounds StartPG and Start when ctx has no earlier deadline.
-const pgStartTimeout = 2 * time.Minute
+// startTimeout bounds New and Start when ctx has no earlier deadline.
+const startTimeout = 2 * time.Minute
 
-// PG is a throwaway PostgreSQL cluster owned by one chaos run: initdb into a
-// fresh directory, trust authentication, listening only on 127.0.0.1 at its
-// own port, unix sockets in the data directory, fsync on (crash safety is
-// what a run tests), small shared_buffers and max_connections = 200.
+// Cluster is a throwaway PostgreSQL cluster: initdb into a fresh directory,
+// trust authentication, listening only on 127.0.0.1 at its own port, unix
+// sockets in the data directory, and the caller's settings.
 //
 // The data directory lives in its own temp directory (mode 0755, data owned
 // by the postgres user) rather than under the caller's directory, because the
@@ -44,7 +46,7 @@ const pgStartTimeout = 2 * time.Minute
 // When this process runs as root, initdb and pg_ctl run as the postgres user
 // through `runuser -u postgres --` (both refuse root); otherwise they run as
 // the current user.
-type PG struct {
+type Cluster struct {
 	bin     string
 	base    string
 	data    string
@@ -57,22 +59,30 @@ type PG struct {
 
 // Keep makes Close leave the data directory for a post-mortem, and returns
 // its path.
-func (p *PG) Keep() string {
+func (p *Cluster) Keep() string {
 	p.keep.Store(true)
 	return p.data
 }
 
-// StartPG creates and starts a PostgreSQL cluster, its log in dir, and waits
-// until it accepts connections. On error nothing is left running or on disk
-// but the log.
-func StartPG(ctx context.Context, dir string) (*PG, error) {
-	ctx, cancel := context.WithTimeout(ctx, pgStartTimeout)
+// Options are a Cluster's log directory and server settings.
+type Options struct {
+	// LogDir receives the server log, postgres.log.
+	LogDir string
+	// Settings are postgresql.conf lines, appended after the listening
+	// address, port and socket directory.
+	Settings string
+}
+
+// Start creates and starts a PostgreSQL cluster and waits until it accepts
+// connections. On error nothing is left running or on disk but the log.
+func Start(ctx context.Context, opt Options) (*Cluster, error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	bin, err := pgBinDir()
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(1)
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
@@ -80,8 +90,8 @@ func StartPG(ctx context.Context, dir string) (*PG, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &PG{bin: bin, base: base, data: filepath.Join(base, "data"), logPath: filepath.Join(dir, "postgres.log"), port: ports[0]}
-	if err := p.create(ctx); err != nil {
+	p := &Cluster{bin: bin, base: base, data: filepath.Join(base, "data"), logPath: filepath.Join(opt.LogDir, "postgres.log"), port: port}
+	if err := p.create(ctx, opt.Settings); err != nil {
 		_ = os.RemoveAll(base)
 		return nil, err
 	}
@@ -93,7 +103,7 @@ func StartPG(ctx context.Context, dir string) (*PG, error) {
 }
 
 // create runs initdb and writes the server settings.
-func (p *PG) create(ctx context.Context) error {
+func (p *Cluster) create(ctx context.Context, settings string) error {
 	if err := os.Chmod(p.base, 0o755); err != nil {
 		return err
 	}
@@ -105,26 +115,21 @@ func (p *PG) create(ctx context.Context) error {
 			return err
 		}
 	}
-	// --no-sync: the run kills processes, not the machine, so the page cache
-	// survives every crash it causes; the server itself runs with fsync on.
+	// --no-sync: a throwaway cluster does not outlive the machine's page
+	// cache; the server syncs as its settings say.
 	if err := p.run(ctx, "initdb", "-D", p.data, "-U", "postgres", "--auth=trust",
 		"--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"); err != nil {
 		return err
 	}
 	conf := fmt.Sprintf(`
-# oncekit chaos run
+# oncekit throwaway cluster
 listen_addresses = '127.0.0.1'
 port = %d
 unix_socket_directories = '%s'
-fsync = on
-synchronous_commit = on
-full_page_writes = on
-shared_buffers = 16MB
-max_connections = 200
-max_wal_size = 256MB
 logging_collector = off
 log_line_prefix = '%%m [%%p] '
-`, p.port, p.data)
+%s
+`, p.port, p.data, settings)
 	f, err := os.OpenFile(filepath.Join(p.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
@@ -140,11 +145,21 @@ log_line_prefix = '%%m [%%p] '
 func chownToPostgres(dir string) error {
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return os.Chown(dir, uid, gid)
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // pgBinDir finds the directory holding initdb and pg_ctl.
@@ -173,7 +188,7 @@ func pgMajor(binDir string) int {
 
 // run runs one of the server tools as the postgres user, its output appended
 // to the server log (the server started by pg_ctl inherits that file).
-func (p *PG) run(ctx context.Context, tool string, args ...string) error {
+func (p *Cluster) run(ctx context.Context, tool string, args ...string) error {
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -187,24 +202,24 @@ func (p *PG) run(ctx context.Context, tool string, args ...string) error {
 	cmd.Dir = p.base // a directory postgres can read
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("chaos: %s %v: %w (see %s)", tool, args, err, p.logPath)
+		return fmt.Errorf("pgcluster: %s %v: %w (see %s)", tool, args, err, p.logPath)
 	}
 	return nil
 }
 
 // URL returns a connection URL for database db on this cluster.
-func (p *PG) URL(db string) string {
+func (p *Cluster) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.port, db)
 }
 
 // Addr returns the server's host:port, the target for a PGProxy.
-func (p *PG) Addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
+func (p *Cluster) Addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
 
 // LogPath returns the server log's path.
-func (p *PG) LogPath() string { return p.logPath }
+func (p *Cluster) LogPath() string { return p.logPath }
 
 // CreateDB creates database name.
-func (p *PG) CreateDB(ctx context.Context, name string) error {
+func (p *Cluster) CreateDB(ctx context.Context, name string) error {
 	conn, err := pgx.Connect(ctx, p.URL("postgres"))
 	if err != nil {
 		return err
@@ -217,19 +232,19 @@ func (p *PG) CreateDB(ctx context.Context, name string) error {
 // StopImmediate stops the server with `pg_ctl stop -m immediate`: every
 // backend quits at once without a checkpoint, as in a crash, and the next
 // Start runs crash recovery from the WAL.
-func (p *PG) StopImmediate() error {
+func (p *Cluster) StopImmediate() error {
 	return p.run(context.Background(), "pg_ctl", "-D", p.data, "-m", "immediate", "-w", "stop")
 }
 
 // Start starts the server (after StopImmediate: through crash recovery) and
 // waits until it accepts connections.
-func (p *PG) Start(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, pgStartTimeout)
+func (p *Cluster) Start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := p.run(ctx, "pg_ctl", "-D", p.data, "-w", "-t", "120", "start"); err != nil {
 		return err
 	}
-	return poll(ctx, func(ctx context.Context) error {
+	return wait.Until(ctx, 50*time.Millisecond, func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, p.URL("postgres"))
 		if err != nil {
 			return err
@@ -240,7 +255,7 @@ func (p *PG) Start(ctx context.Context) error {
 
 // Close stops the server at once and removes its data directory. It is safe
 // to call more than once and after a failed start.
-func (p *PG) Close() {
+func (p *Cluster) Close() {
 	p.closeOnce.Do(func() {
 		if _, err := os.Stat(filepath.Join(p.data, "postmaster.pid")); err == nil {
 			_ = p.StopImmediate()
