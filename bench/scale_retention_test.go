@@ -10,18 +10,21 @@ import (
 
 // retentionUnderLoad runs t's retention over the backlog filled in db while
 // t's first hot path runs paced at 80% of its empty rate (empty, measured
-// just before in the same iteration), and reports: deleted-rows/s over the
-// whole deletion; hot-rate and hot-x, the rate the hot path kept during the
-// deletion (its work over the wall time) and its ratio to the same paced run
-// made just before without retention; hot-busy-x, the same ratio of its
-// speed while at work, which counts the slowdown the pacing's headroom
-// absorbs; hot-p99-ms and hot-p99-x where the path measures latencies; and
-// deleted, the rows deleted (fewer than filled when the deletion hit
-// ONCEKIT_SCALE_RETENTION_MAX).
+// just before in the same iteration; its capacity, since the work that
+// feeds the path shares the machine), and reports:
+//   - deleted-rows/s over the whole deletion, and deleted, the rows deleted
+//     (fewer than filled when the deletion hit ONCEKIT_SCALE_RETENTION_MAX);
+//   - hot-target, the paced rate, and hot-quiet-x, the share of it the paced
+//     run made just before without retention kept;
+//   - hot-rate and hot-x, the rate the hot path kept during the deletion
+//     (its work over the wall time) and its ratio to that run's;
+//   - hot-busy-x, the same ratio of its speed while at work, which counts
+//     the slowdown the pacing's idle time absorbs;
+//   - hot-p99-ms and hot-p99-x where the path measures latencies.
 func retentionUnderLoad(b *testing.B, cfg scaleConfig, t scaleTable, db *testenv.DB, empty figure) {
 	b.Helper()
 	p := t.paths[0]
-	target := 0.8 * empty.rate()
+	target := 0.8 * empty.capacity()
 	quietCtx, quietDone := context.WithTimeout(context.Background(), time.Duration(cfg.seconds)*time.Second)
 	quiet := pacedRun(b, p, db, target, quietCtx.Done())
 	quietDone()
@@ -46,6 +49,8 @@ func retentionUnderLoad(b *testing.B, cfg scaleConfig, t scaleTable, db *testenv
 	}
 	b.ReportMetric(float64(deleted)/took.Seconds(), "deleted-rows/s")
 	b.ReportMetric(float64(deleted), "deleted")
+	b.ReportMetric(target, "hot-target")
+	b.ReportMetric(quiet.kept()/target, "hot-quiet-x")
 	b.ReportMetric(loaded.kept(), "hot-rate")
 	b.ReportMetric(loaded.kept()/quiet.kept(), "hot-x")
 	b.ReportMetric(loaded.rate()/quiet.rate(), "hot-busy-x")
@@ -78,7 +83,7 @@ func pacedRun(b *testing.B, p scalePath, db *testenv.DB, rate float64, stop <-ch
 	begin := time.Now()
 	for slots := 1; ; slots++ {
 		start := time.Now()
-		sum.add(p.measure(b, db, chunk))
+		sum.add(p.measureOn(b, db, chunk))
 		select {
 		case <-stop:
 			sum.wall = max(time.Since(begin), time.Duration(slots)*slot)

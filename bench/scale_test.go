@@ -81,13 +81,13 @@ func BenchmarkScale(b *testing.B) {
 func scaleMeasure(b *testing.B, p scalePath, db *testenv.DB, rows int) figure {
 	b.Helper()
 	empty := testenv.NewDB(b)
-	e := p.measure(b, empty, p.n)
+	e := p.measureOn(b, empty, p.n)
 	empty.Close()
 	if rows == 0 {
 		p.report(b, e)
 		return e
 	}
-	f := p.measure(b, db, p.n)
+	f := p.measureOn(b, db, p.n)
 	p.report(b, f)
 	if p.rate {
 		b.ReportMetric(f.rate()/e.rate(), "x-empty")
@@ -147,12 +147,27 @@ func (c scaleConfig) wants(table string) bool {
 // only), and each unit's latency in milliseconds where the path measures it.
 type figure struct {
 	units   int
-	elapsed time.Duration
+	elapsed time.Duration // the timed part
+	total   time.Duration // the whole measurement, its untimed set-up included (see measureOn)
 	lat     []float64
 }
 
-// rate is units per second.
+// rate is units per second of the timed part.
 func (f figure) rate() float64 { return float64(f.units) / f.elapsed.Seconds() }
+
+// capacity is units per second of the whole measurement: the rate the path
+// sustains on this machine together with the work that feeds it (enqueuing
+// the events a relay drains, publishing the messages a consumer takes,
+// recording the effects a dispatcher fires).
+func (f figure) capacity() float64 { return float64(f.units) / f.total.Seconds() }
+
+// measureOn runs n units of p on db and returns its figure with total set.
+func (p scalePath) measureOn(b *testing.B, db *testenv.DB, n int) figure {
+	start := time.Now()
+	f := p.measure(b, db, n)
+	f.total = time.Since(start)
+	return f
+}
 
 // pct is the q-quantile of the latencies (0 when none were measured).
 func (f figure) pct(q float64) float64 {
@@ -168,6 +183,7 @@ func (f figure) pct(q float64) float64 {
 func (f *figure) add(g figure) {
 	f.units += g.units
 	f.elapsed += g.elapsed
+	f.total += g.total
 	f.lat = append(f.lat, g.lat...)
 }
 
@@ -178,13 +194,13 @@ func printServer(b *testing.B) {
 	db := testenv.NewDB(b)
 	defer db.Close()
 	var line string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT format('%s, shared_buffers %s, max_wal_size %s, checkpoint_timeout %s, autovacuum %s',
-		current_setting('server_version'), current_setting('shared_buffers'), current_setting('max_wal_size'),
-		current_setting('checkpoint_timeout'), current_setting('autovacuum'))`).Scan(&line); err != nil {
+	if err := db.Pool.QueryRow(context.Background(), `SELECT format('%s, shared_buffers %s, huge_pages %s, max_wal_size %s, checkpoint_timeout %s, autovacuum %s',
+		current_setting('server_version'), current_setting('shared_buffers'), current_setting('huge_pages'),
+		current_setting('max_wal_size'), current_setting('checkpoint_timeout'), current_setting('autovacuum'))`).Scan(&line); err != nil {
 		b.Fatal(err)
 	}
 	if os.Getenv(scaleServerEnv) == "throwaway" {
-		line = "throwaway cluster (bench/main_test.go), " + line
+		line = "throwaway cluster (bench/main_test.go), " + line + ", " + hugePagesInUse()
 	}
 	fmt.Printf("postgres: %s\n", line)
 }
