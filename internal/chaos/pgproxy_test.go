@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -185,24 +184,11 @@ func TestPGProxyDropRandomAndThePoolRecovers(t *testing.T) {
 	assertDrops(t, proxy, 2, 0)
 }
 
-// startPG starts a throwaway cluster for one test, skipping the test only
-// when the PostgreSQL server binaries are not installed.
-func startPG(ctx context.Context, t *testing.T) *pgcluster.Cluster {
-	t.Helper()
-	pg, err := StartPG(ctx, t.TempDir())
-	if errors.Is(err, pgcluster.ErrNoPostgres) {
-		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-	}
-	require.NoError(t, err)
-	t.Cleanup(pg.Close)
-	return pg
-}
-
 func TestPGProxySurvivesAServerRestart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pg := startPG(ctx, t)
+	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: pgSettings})
 	proxy, cfg := proxied(t, pg.URL("postgres"))
 	pool := newPool(ctx, t, cfg)
 	_, err := pool.Exec(ctx, "CREATE TABLE paid (id int PRIMARY KEY)")

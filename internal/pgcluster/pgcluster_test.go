@@ -2,7 +2,6 @@ package pgcluster
 
 import (
 	"context"
-	"errors"
 	"os"
 	"testing"
 	"time"
@@ -12,25 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// startPG starts a throwaway cluster for one test, skipping the test only
-// when the PostgreSQL server binaries are not installed.
-func startPG(ctx context.Context, t *testing.T) *Cluster {
-	t.Helper()
-	pg, err := Start(ctx, Options{LogDir: t.TempDir(), Settings: "fsync = on\nmax_connections = 123\n"})
-	if errors.Is(err, ErrNoPostgres) {
-		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-	}
-	require.NoError(t, err)
-	t.Cleanup(pg.Close)
-	return pg
-}
-
 func TestPGSurvivesImmediateStopAndCloseRemovesIt(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	pg := startPG(ctx, t)
+	pg := StartForTest(ctx, t, Options{Settings: "fsync = on\nmax_connections = 123\n"})
 	t.Logf("initdb and start took %v", time.Since(start).Round(time.Millisecond))
 	require.NoError(t, pg.CreateDB(ctx, "data"))
 
