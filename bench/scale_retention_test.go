@@ -86,15 +86,14 @@ func pacedRun(b *testing.B, p scalePath, db *testenv.DB, rate float64, stop <-ch
 		sum.add(p.measureOn(b, db, chunk))
 		select {
 		case <-stop:
-			sum.wall = max(time.Since(begin), time.Duration(slots)*slot)
-			return sum
-		default:
+		default: // not stopped yet: wait for the next slot, unless stop closes first
+			select {
+			case <-stop:
+			case <-time.After(slot - time.Since(start)):
+				continue
+			}
 		}
-		select {
-		case <-stop:
-			sum.wall = max(time.Since(begin), time.Duration(slots)*slot)
-			return sum
-		case <-time.After(slot - time.Since(start)):
-		}
+		sum.wall = max(time.Since(begin), time.Duration(slots)*slot)
+		return sum
 	}
 }
