@@ -122,7 +122,7 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, pub br
 		b.Fatal(err)
 	}
 	w.prefillOutbox(b, ob, msgs)
-	w.analyze(b)
+	w.analyze(b, len(msgs))
 	relay, err := outbox.NewRelay(w.pool, pub, &outbox.RelayConfig{
 		Schema: w.db.Schema, Logger: relayBenchLogger(), Retention: -1,
 		BatchSize: relayEnvInt("ONCEKIT_BENCH_BATCH", 1000),
@@ -192,7 +192,7 @@ func drainWatermill(b *testing.B, w *relayWorld, msgs []broker.Message) time.Dur
 			b.Fatal(err)
 		}
 	}
-	w.analyze(b)
+	w.analyze(b, len(msgs))
 	sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
 		SchemaAdapter: schema, OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{}, InitializeSchema: true,
 	}, logger)
