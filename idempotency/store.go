@@ -134,7 +134,9 @@ WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in
 // entries of every record the pass had deleted so far (dead until vacuum),
 // which made a pass quadratic in the records it deleted. The rows are
 // deleted by ctid (locked by the same statement, so it cannot change),
-// which spares a primary-key descent per row.
+// which spares a primary-key descent per row. The batch commits without
+// waiting for its WAL to reach the disk (decision 022): a crash may undo
+// the last batches, whose records the next pass deletes again.
 const pruneSQL = `
 WITH gone AS (
 	DELETE FROM {schema}.idempotency_keys
@@ -145,8 +147,9 @@ WITH gone AS (
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED))
 	AND state = 'completed' AND expires_at <= now()
-	RETURNING expires_at)
-SELECT count(*), coalesce(max(expires_at), $2) FROM gone`
+	RETURNING expires_at),
+async AS (SELECT set_config('synchronous_commit', 'off', true))
+SELECT count(*), coalesce(max(expires_at), $2) FROM gone, async`
 
 const inProgressSQL = `
 SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8

@@ -318,7 +318,9 @@ func renderRelaySQL(schema string) relaySQL {
 		// checks the ctid again); the DELETE also checks again that the row
 		// is neither held nor within retention, so that this holds whatever
 		// the server version does. (Nothing updates a published row that is
-		// not held in any case.)
+		// not held in any case.) The batch commits without waiting for its
+		// WAL to reach the disk (decision 022): a crash may undo the last
+		// batches, whose rows the next pass deletes again.
 		// It returns whether it took the partition, the rows looked at and
 		// deleted, whether one looked at is within retention, and the last
 		// row looked at.
@@ -337,10 +339,12 @@ func renderRelaySQL(schema string) relaySQL {
 				WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM front WHERE created_at < now() - make_interval(secs => $2)))
 				AND NOT ` + held("o") + ` AND o.created_at < now() - make_interval(secs => $2)
 				RETURNING 1),
-			last AS (SELECT txid, seq FROM front ORDER BY txid DESC, seq DESC LIMIT 1)
+			last AS (SELECT txid, seq FROM front ORDER BY txid DESC, seq DESC LIMIT 1),
+			async AS (SELECT set_config('synchronous_commit', 'off', true))
 			SELECT EXISTS (SELECT FROM l), (SELECT count(*) FROM front), (SELECT count(*) FROM gone),
 				EXISTS (SELECT FROM front WHERE created_at >= now() - make_interval(secs => $2)),
-				coalesce((SELECT txid::text FROM last), $4), coalesce((SELECT seq FROM last), $5)`,
+				coalesce((SELECT txid::text FROM last), $4), coalesce((SELECT seq FROM last), $5)
+			FROM async`,
 
 		oldest: backlogSQL,
 		parked: `SELECT count(*) FROM {schema}.outbox o WHERE o.parked_at IS NOT NULL AND ` + held("o"),
