@@ -26,23 +26,38 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 }
 
 // Prune runs one retention pass: it deletes published rows enqueued more
-// than RelayConfig.Retention ago, partition by partition, RetentionBatch rows
-// per statement and at most RetentionRate rows per second, and returns how
-// many it deleted. Run calls it every
-// RetentionInterval unless Retention is negative. Retention counts from
-// Enqueue (created_at), not from publication: a message published late (after
-// an outage or once unparked) may be deleted sooner after it went out.
+// than RelayConfig.Retention ago, a batch of RetentionBatch rows of each
+// partition in turn, at most RetentionRate rows per second, and returns how
+// many it deleted. Run calls it every RetentionInterval unless Retention is
+// negative. Retention counts from Enqueue (created_at), not from
+// publication: a message published late (after an outage or once unparked)
+// may be deleted sooner after it went out.
+//
+// The partitions take turns because their rows share heap pages (events of
+// every key are enqueued together): a round's batches delete from about the
+// same pages while they are in shared_buffers, where passing one partition
+// whole before the next read the whole history once per partition.
 func (r *Relay) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	q := pgsql.Spaced(r.pool, pgsql.RetentionSpacing(r.cfg.RetentionRate, r.cfg.RetentionBatch))
-	for p := 0; p < r.cfg.Partitions && ctx.Err() == nil; p++ {
-		// Each batch starts after the last row the previous one looked at.
-		afterTxid, afterSeq := "0", int64(0)
-		for ctx.Err() == nil {
+	// Each partition's batch starts after the last row its previous one
+	// looked at.
+	type front struct {
+		partition int
+		txid      string
+		seq       int64
+	}
+	left := make([]front, r.cfg.Partitions)
+	for p := range left {
+		left[p] = front{partition: p, txid: "0"}
+	}
+	for len(left) > 0 && ctx.Err() == nil {
+		next := left[:0]
+		for _, f := range left {
 			var took, young bool
 			var looked, deleted int64
-			if err := q.QueryRow(ctx, r.sql.prune, p, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
-				afterTxid, afterSeq).Scan(&took, &looked, &deleted, &young, &afterTxid, &afterSeq); err != nil {
+			if err := q.QueryRow(ctx, r.sql.prune, f.partition, max(r.cfg.Retention, 0).Seconds(), r.cfg.RetentionBatch,
+				f.txid, f.seq).Scan(&took, &looked, &deleted, &young, &f.txid, &f.seq); err != nil {
 				return total, err
 			}
 			total += deleted
@@ -51,10 +66,11 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 			// another relay's pass is on it. (A batch may delete fewer than
 			// it looked at without being done: rows a pass that just ended
 			// its batch deleted after this statement's snapshot.)
-			if !took || young || looked < int64(r.cfg.RetentionBatch) {
-				break
+			if took && !young && looked == int64(r.cfg.RetentionBatch) {
+				next = append(next, f)
 			}
 		}
+		left = next
 	}
 	return total, ctx.Err()
 }

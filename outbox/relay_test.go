@@ -230,6 +230,40 @@ func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 
 func testenvNATSURL(b *bundle) string { return b.nats.URL }
 
+// A retention pass deletes a batch of each partition in turn, so that the
+// partitions' batches, whose rows share heap pages, follow one another
+// through the history.
+func TestRetentionTakesPartitionsInTurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// 25 published rows of partition 0, 5 of partition 1 and 15 of
+	// partition 2, interleaved, all past retention.
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (id, partition, subject, payload, created_at)
+		SELECT gen_random_uuid(), CASE WHEN g % 9 < 5 THEN 0 WHEN g % 9 = 5 THEN 1 ELSE 2 END, 's', '', now() - interval '2 hours'
+		FROM generate_series(0, 44) g ORDER BY g`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+		SELECT p, l.txid, l.seq FROM generate_series(0, 2) p, (SELECT txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1) l`)
+	require.NoError(t, err)
+	pub, _ := publisher(t, testenvNATSURL(b))
+	log := &testenv.StatementLog{}
+	r, err := outbox.NewRelay(b.db.TracedPool(t, log), pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour,
+		RetentionBatch: 10, Partitions: 3})
+	require.NoError(t, err)
+	n, err := r.Prune(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 45, n)
+	var order []any
+	for _, st := range log.Matching("DELETE FROM") {
+		order = append(order, st.Args[0])
+	}
+	// Partition 1 is done after its first batch (5 rows), partition 2
+	// after its second, partition 0 after its third.
+	require.Equal(t, []any{0, 1, 2, 0, 2, 0}, order)
+	require.Zero(t, countRows(t, b.db))
+}
+
 // A retention pass deletes at most RetentionRate rows per second: it spaces
 // its statements RetentionBatch/RetentionRate apart.
 func TestRetentionRateBoundsAPass(t *testing.T) {
