@@ -54,3 +54,11 @@ func TestRouteValidate(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
 }
+
+// New's arguments are checked as its Config is: a nil db wraps
+// ErrInvalidConfig.
+func TestNewRejectsANilDB(t *testing.T) {
+	t.Parallel()
+	_, err := New(nil, nil)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}

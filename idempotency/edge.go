@@ -26,7 +26,7 @@ type Edge struct {
 // New returns an Edge storing records in db (normally a *pgxpool.Pool).
 func New(db oncekit.Pool, cfg *Config) (*Edge, error) {
 	if db == nil {
-		return nil, errors.New("idempotency: db is nil")
+		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {

@@ -64,3 +64,11 @@ func TestRelayConfigValidate(t *testing.T) {
 		require.True(t, strings.HasPrefix(err.Error(), "outbox: RelayConfig."+tc.field+": "), "%v", err)
 	}
 }
+
+// NewRelay's arguments are checked as its Config is: a nil pool or
+// publisher wraps ErrInvalidConfig.
+func TestNewRelayRejectsNilArguments(t *testing.T) {
+	t.Parallel()
+	_, err := NewRelay(nil, nil, nil)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}

@@ -120,10 +120,10 @@ type Relay struct {
 // connections.
 func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay, error) {
 	if pool == nil {
-		return nil, errors.New("outbox: NewRelay: nil pool")
+		return nil, fmt.Errorf("%w: NewRelay: pool is nil", ErrInvalidConfig)
 	}
 	if pub == nil {
-		return nil, errors.New("outbox: NewRelay: nil publisher")
+		return nil, fmt.Errorf("%w: NewRelay: publisher is nil", ErrInvalidConfig)
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {

@@ -196,10 +196,10 @@ func NewDispatcher(db oncekit.DB, providers map[string]Provider, cfg *Dispatcher
 		return nil, err
 	}
 	if db == nil {
-		return nil, errors.New("sideeffect: NewDispatcher: nil db")
+		return nil, fmt.Errorf("%w: NewDispatcher: db is nil", ErrInvalidConfig)
 	}
 	if len(providers) == 0 {
-		return nil, errors.New("sideeffect: NewDispatcher: no providers")
+		return nil, fmt.Errorf("%w: NewDispatcher: no providers", ErrInvalidConfig)
 	}
 	m, err := newMetrics(c.Registerer)
 	if err != nil {

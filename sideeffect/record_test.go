@@ -110,6 +110,9 @@ func TestConfigValidation(t *testing.T) {
 	require.ErrorContains(t, err, "DispatcherConfig.Lease")
 	_, err = sideeffect.NewDispatcher(b.db.Pool, nil, nil)
 	require.ErrorContains(t, err, "no providers")
+	require.ErrorIs(t, err, sideeffect.ErrInvalidConfig)
+	_, err = sideeffect.NewDispatcher(nil, map[string]sideeffect.Provider{"k": p}, nil)
+	require.ErrorIs(t, err, sideeffect.ErrInvalidConfig, "a nil db is a bad argument, typed as such")
 	_, err = sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"k": p}, &sideeffect.DispatcherConfig{Concurrency: -1})
 	require.ErrorContains(t, err, "DispatcherConfig.Concurrency")
 }
