@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -15,8 +17,11 @@ import (
 // bulk with generate_series, as they would look when retention comes for
 // them: every row is past its table's retention (so the retention runs can
 // delete the same rows the hot paths were measured against), in the states
-// and with the key shapes production leaves. Row g of a fill is the g-th
-// oldest; timestamps grow with g.
+// and with the key shapes production leaves. Row g is the g-th oldest, in
+// every fill: timestamps grow with g over the span the table retains, spread
+// over {rows}, the rows of the largest fill of the run, so that a smaller
+// fill before it holds the oldest rows and a pass deleting the rows older
+// than an age deletes a prefix of the heap, as in a deployment.
 
 // fillOutbox adds events from through to-1: 256-byte payloads, ten events
 // per ordering key, partitioned by key, enqueued 24–48 hours ago
@@ -28,7 +33,7 @@ import (
 const fillOutbox = `
 INSERT INTO outbox (id, txid, partition, ordering_key, subject, payload, created_at)
 SELECT gen_random_uuid(), '1', abs(hashtext('key-' || g / 10)) % 16, 'key-' || g / 10, 'scale.history',
-	decode(repeat(md5(g::text), 8), 'hex'), now() - interval '48 hours' + g * (interval '24 hours' / $2)
+	decode(repeat(md5(g::text), 8), 'hex'), now() - interval '48 hours' + g * (interval '24 hours' / {rows})
 FROM generate_series($1::bigint, $2::bigint - 1) g`
 
 // publishOutbox moves every relay partition's cursor past the last row, so
@@ -44,7 +49,7 @@ ON CONFLICT (partition) DO UPDATE SET cursor_txid = excluded.cursor_txid, cursor
 // processed 7–14 days ago.
 const fillClaims = `
 INSERT INTO processed_messages (consumer, message_id, processed_at)
-SELECT 'bench', gen_random_uuid(), now() - interval '14 days' + g * (interval '7 days' / $2)
+SELECT 'bench', gen_random_uuid(), now() - interval '14 days' + g * (interval '7 days' / {rows})
 FROM generate_series($1::bigint, $2::bigint - 1) g`
 
 // fillEffects adds settled effects over three kinds recorded 30–60 days ago:
@@ -61,7 +66,7 @@ SELECT 'hist-' || g, k.kind, decode(repeat(md5(g::text), 8), 'hex'),
 FROM generate_series($1::bigint, $2::bigint - 1) g,
 	LATERAL (SELECT (ARRAY['order.paid', 'email.receipt', 'sms.send'])[1 + g % 3] AS kind) k,
 	LATERAL (SELECT CASE WHEN g % 10000 = 7 THEN 'unknown' WHEN g % 100 = 3 THEN 'failed' ELSE 'confirmed' END AS state) s,
-	LATERAL (SELECT now() - interval '60 days' + g * (interval '30 days' / $2) AS at) t`
+	LATERAL (SELECT now() - interval '60 days' + g * (interval '30 days' / {rows}) AS at) t`
 
 // fillKeys adds completed edge records over three operations, the keys
 // UUIDs as clients usually send, with a stored JSON response; they expired
@@ -74,15 +79,16 @@ SELECT '', (ARRAY['bench-create', 'refund', 'capture'])[1 + g % 3], gen_random_u
 	'{"Content-Type": ["application/json"]}', convert_to('{"id":"' || md5(g::text) || '","amount":100,"currency":"EUR"}', 'UTF8'),
 	t.at - interval '24 hours', t.at - interval '24 hours', t.at
 FROM generate_series($1::bigint, $2::bigint - 1) g,
-	LATERAL (SELECT now() - interval '25 hours' + g * (interval '24 hours' / $2) AS at) t`
+	LATERAL (SELECT now() - interval '25 hours' + g * (interval '24 hours' / {rows}) AS at) t`
 
-// fill adds rows from through to-1 with the fill statement sql, then runs
-// the statements after (no parameters). The table's
-// indexes and key constraints are dropped first and built again after, as a
-// bulk load does (far faster than maintaining a random-key B-tree row by
-// row), and the table is then vacuumed and analyzed, as autovacuum would
-// leave it.
-func fill(b *testing.B, db *testenv.DB, table, sql string, from, to int, after ...string) {
+// fill adds rows from through to-1 with the fill statement sql ({rows} in it
+// stands for of, the rows of the run's largest fill), then runs the
+// statements after (no parameters). The table's indexes and key
+// constraints are dropped first and built again after, as a bulk load does
+// (far faster than maintaining a random-key B-tree row by row); the table is
+// then vacuumed and analyzed, as autovacuum would leave it, and a checkpoint
+// written.
+func fill(b *testing.B, db *testenv.DB, table, sql string, from, to, of int, after ...string) {
 	b.Helper()
 	ctx := context.Background()
 	conn, err := db.Pool.Acquire(ctx)
@@ -116,7 +122,7 @@ func fill(b *testing.B, db *testenv.DB, table, sql string, from, to int, after .
 			b.Fatal(err)
 		}
 	}
-	if _, err := conn.Exec(ctx, sql, from, to); err != nil {
+	if _, err := conn.Exec(ctx, strings.ReplaceAll(sql, "{rows}", strconv.Itoa(of)), from, to); err != nil {
 		b.Fatalf("fill %s: %v", table, err)
 	}
 	for _, d := range defs {
@@ -131,6 +137,11 @@ func fill(b *testing.B, db *testenv.DB, table, sql string, from, to int, after .
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %s", pgx.Identifier{table}.Sanitize())); err != nil {
 		b.Fatal(err)
+	}
+	// A bulk load's WAL would otherwise bring on a checkpoint at a point of
+	// the measurements that follow that depends on the fill's size.
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		fmt.Printf("fill: no checkpoint after %s's fill: %v\n", table, err)
 	}
 	prewarmIndexes(b, conn, table)
 }

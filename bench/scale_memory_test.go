@@ -45,7 +45,7 @@ func BenchmarkScaleMemory(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			fill(b, db, "outbox", fillPendingOutbox, 0, rows)
+			fill(b, db, "outbox", fillPendingOutbox, 0, rows, rows)
 			ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
 			if err != nil {
 				b.Fatal(err)
@@ -90,7 +90,7 @@ func BenchmarkScaleMemory(b *testing.B) {
 		for range b.N {
 			db := testenv.NewDB(b)
 			srv := newDispatchProvider(b)
-			fill(b, db, "side_effects", fillPendingEffects, 0, rows)
+			fill(b, db, "side_effects", fillPendingEffects, 0, rows, rows)
 			ctx := context.Background()
 			cmd := exec.Command(testenv.OncekitBinary(b), "dispatch", "--database-url", db.URL, "--schema", db.Schema,
 				"--endpoint", "order.paid="+srv.URL, "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",

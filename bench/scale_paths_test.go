@@ -26,9 +26,14 @@ type scaleTable struct {
 	after []string // statements run after each fill
 	paths []scalePath
 	// retain returns the table's retention pass on db: it deletes every
-	// row past retention, as the table's own retention loop does, and
-	// returns how many.
-	retain func(b *testing.B, db *testenv.DB) func(ctx context.Context) (int64, error)
+	// row older than age, as the table's own retention loop does with
+	// that retention, and returns how many.
+	retain func(b *testing.B, db *testenv.DB, age time.Duration) func(ctx context.Context) (int64, error)
+	// oldest and retained are the ages of the fill's first and last rows
+	// when filled; retained is the table's default retention. Zero for a
+	// table whose rows expire at a time set when written (the edge's):
+	// its retention has no age to take in parts, and ignores age.
+	oldest, retained time.Duration
 }
 
 // scalePath is one hot path: measure does n units of its work on the tables
@@ -63,9 +68,10 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 				return scaleCommitAck(b, db, cfg.seconds)
 			}},
 		},
-		retain: func(b *testing.B, db *testenv.DB) func(ctx context.Context) (int64, error) {
+		oldest: 48 * time.Hour, retained: 24 * time.Hour,
+		retain: func(b *testing.B, db *testenv.DB, age time.Duration) func(ctx context.Context) (int64, error) {
 			r, err := outbox.NewRelay(db.Pool, ackAll{}, &outbox.RelayConfig{Schema: db.Schema, Logger: relayBenchLogger(),
-				RetentionRate: cfg.retentionRate})
+				Retention: age, RetentionRate: cfg.retentionRate})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -73,8 +79,9 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 		},
 	}, {
 		table: "processed_messages", fill: fillClaims,
-		paths: []scalePath{{name: "consume", unit: "msgs/s", rate: true, n: cfg.n, measure: scaleConsume}},
-		retain: func(b *testing.B, db *testenv.DB) func(ctx context.Context) (int64, error) {
+		paths:  []scalePath{{name: "consume", unit: "msgs/s", rate: true, n: cfg.n, measure: scaleConsume}},
+		oldest: 14 * 24 * time.Hour, retained: 7 * 24 * time.Hour,
+		retain: func(b *testing.B, db *testenv.DB, age time.Duration) func(ctx context.Context) (int64, error) {
 			s, err := inbox.NewStore(db.Schema)
 			if err != nil {
 				b.Fatal(err)
@@ -82,13 +89,14 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			// What Consumer.Prune does with the default Config.
 			q := pgsql.Spaced(db.Pool, pgsql.RetentionSpacing(cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate), 1000))
 			return func(ctx context.Context) (int64, error) {
-				return s.PruneClaims(ctx, q, "bench", time.Now().Add(-7*24*time.Hour), 1000)
+				return s.PruneClaims(ctx, q, "bench", time.Now().Add(-age), 1000)
 			}
 		},
 	}, {
 		table: "side_effects", fill: fillEffects,
-		paths: []scalePath{{name: "dispatch", unit: "effects/s", rate: true, n: quarter, measure: scaleDispatch}},
-		retain: func(b *testing.B, db *testenv.DB) func(ctx context.Context) (int64, error) {
+		paths:  []scalePath{{name: "dispatch", unit: "effects/s", rate: true, n: quarter, measure: scaleDispatch}},
+		oldest: 60 * 24 * time.Hour, retained: 30 * 24 * time.Hour,
+		retain: func(b *testing.B, db *testenv.DB, age time.Duration) func(ctx context.Context) (int64, error) {
 			l, err := sideeffect.New(&sideeffect.Config{Schema: db.Schema})
 			if err != nil {
 				b.Fatal(err)
@@ -96,7 +104,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			// What the dispatcher's retention does with its defaults.
 			q := pgsql.Spaced(db.Pool, pgsql.RetentionSpacing(cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate), 1000))
 			return func(ctx context.Context) (int64, error) {
-				return l.Prune(ctx, q, time.Now().Add(-30*24*time.Hour), 1000)
+				return l.Prune(ctx, q, time.Now().Add(-age), 1000)
 			}
 		},
 	}, {
@@ -105,7 +113,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 			{name: "edge-first", unit: "req/s", rate: true, n: quarter, measure: scaleEdge(false)},
 			{name: "edge-replay", unit: "req/s", rate: true, n: quarter, measure: scaleEdge(true)},
 		},
-		retain: func(b *testing.B, db *testenv.DB) func(ctx context.Context) (int64, error) {
+		retain: func(b *testing.B, db *testenv.DB, _ time.Duration) func(ctx context.Context) (int64, error) {
 			e, err := idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema, RetentionRate: cfg.retentionRate})
 			if err != nil {
 				b.Fatal(err)

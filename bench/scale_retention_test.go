@@ -8,8 +8,8 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
-// retentionUnderLoad runs t's retention over the backlog filled in db while
-// t's first hot path runs paced at 80% of its empty rate (empty, measured
+// retentionUnderLoad runs the retention pass retain over the backlog filled
+// in db while the hot path p runs paced at 80% of its empty rate (empty, measured
 // just before in the same iteration; its capacity, since the work that
 // feeds the path shares the machine), and reports:
 //   - deleted-rows/s over the whole deletion, and deleted, the rows deleted
@@ -20,10 +20,13 @@ import (
 //     (its work over the wall time) and its ratio to that run's;
 //   - hot-busy-x, the same ratio of its speed while at work, which counts
 //     the slowdown the pacing's idle time absorbs;
-//   - hot-p99-ms and hot-p99-x where the path measures latencies.
-func retentionUnderLoad(b *testing.B, cfg scaleConfig, t scaleTable, db *testenv.DB, empty figure) {
+//   - hot-p99-ms and hot-p99-x where the path measures latencies;
+//   - checkpoints, the checkpoints the server began during the deletion
+//     (its hot paths pay a full-page image for each page they first touch
+//     after one begins).
+func retentionUnderLoad(b *testing.B, cfg scaleConfig, p scalePath, retain func(context.Context) (int64, error),
+	db *testenv.DB, empty figure) {
 	b.Helper()
-	p := t.paths[0]
 	target := 0.8 * empty.capacity()
 	quietCtx, quietDone := context.WithTimeout(context.Background(), time.Duration(cfg.seconds)*time.Second)
 	quiet := pacedRun(b, p, db, target, quietCtx.Done())
@@ -31,7 +34,7 @@ func retentionUnderLoad(b *testing.B, cfg scaleConfig, t scaleTable, db *testenv
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.retentionMax)
 	defer cancel()
-	retain := t.retain(b, db)
+	checkpointsBefore := checkpoints(b, db)
 	done := make(chan struct{})
 	var deleted int64
 	var err error
@@ -47,6 +50,7 @@ func retentionUnderLoad(b *testing.B, cfg scaleConfig, t scaleTable, db *testenv
 	if err != nil && ctx.Err() == nil {
 		b.Fatal(err)
 	}
+	b.ReportMetric(float64(checkpoints(b, db)-checkpointsBefore), "checkpoints")
 	b.ReportMetric(float64(deleted)/took.Seconds(), "deleted-rows/s")
 	b.ReportMetric(float64(deleted), "deleted")
 	b.ReportMetric(target, "hot-target")
@@ -96,4 +100,21 @@ func pacedRun(b *testing.B, p scalePath, db *testenv.DB, rate float64, stop <-ch
 		sum.wall = max(time.Since(begin), time.Duration(slots)*slot)
 		return sum
 	}
+}
+
+// checkpoints returns how many checkpoints the server has begun since its
+// statistics were reset: pg_stat_bgwriter's count before PostgreSQL 17,
+// pg_stat_checkpointer's since.
+func checkpoints(b *testing.B, db *testenv.DB) int64 {
+	b.Helper()
+	ctx := context.Background()
+	var n int64
+	err := db.Pool.QueryRow(ctx, `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`).Scan(&n)
+	if err != nil {
+		err = db.Pool.QueryRow(ctx, `SELECT num_timed + num_requested FROM pg_stat_checkpointer`).Scan(&n)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

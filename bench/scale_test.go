@@ -24,11 +24,17 @@ import (
 // the filled tables and x-empty, its rate over the paired empty run's
 // (p99-x-empty for latencies). ONCEKIT_SCALE_PAIRS (default 3) repeats
 // these pairs on the same fill (go test names the repeats #01, #02…), so
-// that one fill yields a median of several pairs. Then, on the largest fill, the table's
-// retention deletes the whole backlog while its first hot path runs paced
-// at 80% of its empty rate (BenchmarkScale/<table>-retention/rows=<count>:
+// that one fill yields a median of several pairs. Then, on the largest fill,
+// the table's retention deletes the whole backlog while its first hot path
+// runs paced at 80% of its empty rate (BenchmarkScale/<table>-retention/rows=<count>:
 // deleted rows/s, and the hot path's rate and p99 during the deletion over
-// the same paced run just before it without retention).
+// the same paced run just before it without retention). It does so in
+// ONCEKIT_SCALE_RETENTION_PASSES (default 3) passes, each with its own
+// paced run before it: pass k of n deletes the rows older than the age k/n
+// of the way from the fill's oldest row to the table's retention, so that
+// the last deletes the rest at the default retention, and each is one
+// paired measurement of the same backlog's deletion (the edge's records
+// expire at a time set when written, so its backlog goes in one pass).
 //
 // ONCEKIT_SCALE_N (default 20,000) is the messages of one relay or consumer
 // measurement, a quarter of it the effects or requests of one dispatcher or
@@ -47,12 +53,12 @@ func BenchmarkScale(b *testing.B) {
 			continue
 		}
 		db := testenv.NewDB(b)
-		filled := 0
+		filled, filledAt := 0, time.Time{}
 		var last map[string]figure // the empty figures paired with the largest fill
 		for _, rows := range cfg.rows {
 			if rows > filled {
-				fill(b, db, t.table, t.fill, filled, rows, t.after...)
-				filled = rows
+				fill(b, db, t.table, t.fill, filled, rows, cfg.rows[len(cfg.rows)-1], t.after...)
+				filled, filledAt = rows, time.Now()
 			}
 			last = map[string]figure{}
 			for range cfg.pairs {
@@ -66,11 +72,23 @@ func BenchmarkScale(b *testing.B) {
 			}
 		}
 		if filled > 0 && t.retain != nil {
-			b.Run(t.table+"-retention/rows="+strconv.Itoa(filled), func(b *testing.B) {
-				for range b.N {
-					retentionUnderLoad(b, cfg, t, db, last[t.paths[0].name])
+			passes := cfg.retentionPasses
+			if t.oldest == 0 {
+				passes = 1
+			}
+			for k := 1; k <= passes; k++ {
+				// The age of the k-th part's boundary now, the rows having aged
+				// since the fill; the last pass takes the table's retention.
+				age := t.oldest - (t.oldest-t.retained)*time.Duration(k)/time.Duration(passes) + time.Since(filledAt)
+				if k == passes {
+					age = t.retained
 				}
-			})
+				b.Run(t.table+"-retention/rows="+strconv.Itoa(filled), func(b *testing.B) {
+					for range b.N {
+						retentionUnderLoad(b, cfg, t.paths[0], t.retain(b, db, age), db, last[t.paths[0].name])
+					}
+				})
+			}
 		}
 		db.Close()
 	}
@@ -100,22 +118,24 @@ func scaleMeasure(b *testing.B, p scalePath, db *testenv.DB, rows int) figure {
 
 // scaleConfig is BenchmarkScale's configuration, from the environment.
 type scaleConfig struct {
-	rows          []int         // row counts to fill to, ascending
-	pairs         int           // paired measurements of each path at each row count
-	n             int           // messages of one relay or consumer measurement
-	seconds       int           // length of a latency run and of a paced run
-	tables        []string      // the tables to measure (empty: all)
-	retentionMax  time.Duration // bound of one retention run
-	retentionRate int           // RetentionRate of the retention runs (0: the default)
+	rows            []int         // row counts to fill to, ascending
+	pairs           int           // paired measurements of each path at each row count
+	n               int           // messages of one relay or consumer measurement
+	seconds         int           // length of a latency run and of a paced run
+	tables          []string      // the tables to measure (empty: all)
+	retentionMax    time.Duration // bound of one retention run
+	retentionRate   int           // RetentionRate of the retention runs (0: the default)
+	retentionPasses int           // passes a table's retention deletes its backlog in
 }
 
 func scaleConfigFromEnv(b *testing.B) scaleConfig {
 	b.Helper()
 	cfg := scaleConfig{
-		n:            envInt("ONCEKIT_SCALE_N", 20_000),
-		pairs:        max(1, envInt("ONCEKIT_SCALE_PAIRS", 3)),
-		seconds:      envInt("ONCEKIT_SCALE_SECONDS", 5),
-		retentionMax: time.Duration(envInt("ONCEKIT_SCALE_RETENTION_MAX", 300)) * time.Second,
+		n:               envInt("ONCEKIT_SCALE_N", 20_000),
+		pairs:           max(1, envInt("ONCEKIT_SCALE_PAIRS", 3)),
+		seconds:         envInt("ONCEKIT_SCALE_SECONDS", 5),
+		retentionMax:    time.Duration(envInt("ONCEKIT_SCALE_RETENTION_MAX", 300)) * time.Second,
+		retentionPasses: envInt("ONCEKIT_SCALE_RETENTION_PASSES", 3),
 	}
 	if r := os.Getenv("ONCEKIT_SCALE_RETENTION_RATE"); r != "" {
 		n, err := strconv.Atoi(r)
