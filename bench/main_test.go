@@ -60,12 +60,16 @@ func runBenchmarks(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "bench: a throwaway PostgreSQL cluster: %v\n", err)
 		return 1
 	}
-	defer pg.Close()
 	if err := os.Setenv("DATABASE_URL", pg.URL("postgres")); err != nil {
+		pg.Close()
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	code := m.Run()
+	// The server stops before its log directory goes: pg_ctl writes to the
+	// log, and a stop that cannot would leave the server running, its
+	// shared memory (huge pages) held.
+	pg.Close()
 	if code == 0 && os.Getenv(keepLogEnv) == "" {
 		_ = os.RemoveAll(dir)
 	} else {
