@@ -114,10 +114,7 @@ func New(db oncekit.Querier, cfg *Config) (*Checker, error) {
 
 // withDefaults returns a copy of c (the zero Config if nil) with defaults set.
 func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.MaxOutboxAge = cmp.Or(out.MaxOutboxAge, time.Minute)
 	out.MaxPendingAge = cmp.Or(out.MaxPendingAge, 5*time.Minute)
@@ -138,22 +135,18 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"MaxOutboxAge", c.MaxOutboxAge}, {"MaxPendingAge", c.MaxPendingAge}, {"LeaseGrace", c.LeaseGrace},
-		{"FailedWindow", c.FailedWindow}, {"Window", c.Window}, {"CheckTimeout", c.CheckTimeout}} {
-		if f.d < 0 {
-			return bad(f.name, "%s is negative", f.d)
-		}
-	}
-	switch {
-	case c.MaxOutboxBacklog < 0:
-		return bad("MaxOutboxBacklog", "%d is negative", c.MaxOutboxBacklog)
-	case c.Concurrency < 0:
-		return bad("Concurrency", "%d is negative", c.Concurrency)
-	case c.MaxIDs < 0:
-		return bad("MaxIDs", "%d is negative", c.MaxIDs)
+	if err := bad.IfNegative(
+		cfgerr.Field("MaxOutboxAge", c.MaxOutboxAge),
+		cfgerr.Field("MaxPendingAge", c.MaxPendingAge),
+		cfgerr.Field("LeaseGrace", c.LeaseGrace),
+		cfgerr.Field("FailedWindow", c.FailedWindow),
+		cfgerr.Field("Window", c.Window),
+		cfgerr.Field("CheckTimeout", c.CheckTimeout),
+		cfgerr.Field("MaxOutboxBacklog", c.MaxOutboxBacklog),
+		cfgerr.Field("Concurrency", c.Concurrency),
+		cfgerr.Field("MaxIDs", c.MaxIDs),
+	); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for _, b := range builtins(*c) {

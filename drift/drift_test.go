@@ -3,10 +3,8 @@ package drift_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/drift"
+	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -136,28 +135,28 @@ func TestBrokenRuleIsAnError(t *testing.T) {
 func TestConfigIsValidated(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		field string
-		cfg   drift.Config
+		field  string
+		cfg    drift.Config
+		detail string // what follows the field in the error, when pinned
 	}{
-		{"Schema", drift.Config{Schema: "Bad Schema"}},
-		{"MaxOutboxAge", drift.Config{MaxOutboxAge: -1}},
-		{"MaxPendingAge", drift.Config{MaxPendingAge: -1}},
-		{"LeaseGrace", drift.Config{LeaseGrace: -1}},
-		{"FailedWindow", drift.Config{FailedWindow: -1}},
-		{"Window", drift.Config{Window: -1}},
-		{"CheckTimeout", drift.Config{CheckTimeout: -1}},
-		{"MaxOutboxBacklog", drift.Config{MaxOutboxBacklog: -1}},
-		{"Concurrency", drift.Config{Concurrency: -1}},
-		{"MaxIDs", drift.Config{MaxIDs: -1}},
-		{"Skip", drift.Config{Skip: []string{"effects_faild"}}},
-		{"Rules[0]", drift.Config{Rules: []drift.Rule{{Name: "Has Space", SQL: "SELECT 1"}}}},
-		{"Rules[1].Name", drift.Config{Rules: []drift.Rule{{Name: "a", SQL: "SELECT 1"}, {Name: "a", SQL: "SELECT 1"}}}},
-		{"Rules[0].Name", drift.Config{Rules: []drift.Rule{{Name: "dead_letters", SQL: "SELECT 1"}}}},
-		{"Rules[0]", drift.Config{Rules: []drift.Rule{{Name: "a"}}}},
-		{"Horizons[0]", drift.Config{Horizons: []drift.Horizon{{Consumer: "c"}}}},
+		{"Schema", drift.Config{Schema: "Bad Schema"}, ""},
+		{"MaxOutboxAge", drift.Config{MaxOutboxAge: -1}, "-1ns is negative"},
+		{"MaxPendingAge", drift.Config{MaxPendingAge: -1}, "-1ns is negative"},
+		{"LeaseGrace", drift.Config{LeaseGrace: -1}, "-1ns is negative"},
+		{"FailedWindow", drift.Config{FailedWindow: -1}, "-1ns is negative"},
+		{"Window", drift.Config{Window: -1}, "-1ns is negative"},
+		{"CheckTimeout", drift.Config{CheckTimeout: -1}, "-1ns is negative"},
+		{"MaxOutboxBacklog", drift.Config{MaxOutboxBacklog: -1}, "-1 is negative"},
+		{"Concurrency", drift.Config{Concurrency: -1}, "-1 is negative"},
+		{"MaxIDs", drift.Config{MaxIDs: -1}, "-1 is negative"},
+		{"Skip", drift.Config{Skip: []string{"effects_faild"}}, ""},
+		{"Rules[0]", drift.Config{Rules: []drift.Rule{{Name: "Has Space", SQL: "SELECT 1"}}}, ""},
+		{"Rules[1].Name", drift.Config{Rules: []drift.Rule{{Name: "a", SQL: "SELECT 1"}, {Name: "a", SQL: "SELECT 1"}}}, ""},
+		{"Rules[0].Name", drift.Config{Rules: []drift.Rule{{Name: "dead_letters", SQL: "SELECT 1"}}}, ""},
+		{"Rules[0]", drift.Config{Rules: []drift.Rule{{Name: "a"}}}, ""},
+		{"Horizons[0]", drift.Config{Horizons: []drift.Horizon{{Consumer: "c"}}}, ""},
 	} {
 		_, err := drift.New(nil, &tc.cfg)
-		require.True(t, errors.Is(err, drift.ErrInvalidConfig), "%+v: %v", tc.cfg, err)
-		require.True(t, strings.HasPrefix(err.Error(), "drift: Config."+tc.field+": "), "%v", err)
+		cfgerrtest.RequireField(t, err, drift.ErrInvalidConfig, "drift: Config."+tc.field, tc.detail)
 	}
 }

@@ -55,15 +55,10 @@ var ErrInvalidConfig = errors.New("idempotency: invalid config")
 
 // withDefaults returns a copy of c (the zero Config if nil) with defaults set.
 func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
-	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
-	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
-	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
+	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	return out
 }
 
@@ -74,13 +69,7 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	switch {
-	case c.RetentionInterval < 0:
-		return bad("RetentionInterval", "%v must be positive", c.RetentionInterval)
-	case c.RetentionBatch < 0:
-		return bad("RetentionBatch", "%d must be positive", c.RetentionBatch)
-	}
-	return nil
+	return bad.Retention(c.RetentionInterval, c.RetentionBatch)
 }
 
 // Mode selects how a route's claim relates to the handler's writes.
@@ -176,10 +165,7 @@ func DefaultStore(status int) bool {
 // withDefaults returns a copy of r (the zero Route if nil) with defaults set
 // and ReplayHeaders in canonical form.
 func (r *Route) withDefaults() Route {
-	var rc Route
-	if r != nil {
-		rc = *r
-	}
+	rc := cfgerr.CopyOf(r)
 	if rc.Tenant == nil {
 		rc.Tenant = func(*http.Request) (string, error) { return "", nil }
 	}
@@ -210,16 +196,17 @@ func (r *Route) validate() error {
 		return bad("Operation", "required")
 	case r.Mode != Separate && r.Mode != SameTx:
 		return bad("Mode", "unknown mode %d", r.Mode)
-	case r.TTL < 0:
-		return bad("TTL", "%v must be positive", r.TTL)
-	case r.MaxBodyBytes < 0:
-		return bad("MaxBodyBytes", "%d must be positive", r.MaxBodyBytes)
-	case r.Wait < 0:
-		return bad("Wait", "%v must not be negative", r.Wait)
-	case r.RetryAfter < 0:
-		return bad("RetryAfter", "%v must be positive", r.RetryAfter)
-	case r.Lease < 3*time.Millisecond:
-		return bad("Lease", "%v must be at least 3ms", r.Lease)
+	}
+	if err := bad.IfNegative(
+		cfgerr.Field("TTL", r.TTL),
+		cfgerr.Field("MaxBodyBytes", r.MaxBodyBytes),
+		cfgerr.Field("Wait", r.Wait),
+		cfgerr.Field("RetryAfter", r.RetryAfter),
+	); err != nil {
+		return err
+	}
+	if r.Lease < 3*time.Millisecond {
+		return bad("Lease", "%v is below 3ms", r.Lease)
 	}
 	return nil
 }

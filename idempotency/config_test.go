@@ -1,31 +1,33 @@
 package idempotency
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	c := (*Config)(nil).withDefaults()
 	require.NoError(t, c.validate())
+	require.Equal(t, time.Minute, c.RetentionInterval)
+	require.Equal(t, 1000, c.RetentionBatch)
+	require.Equal(t, pgsql.DefaultRetentionRate, c.RetentionRate)
 	for _, tc := range []struct {
-		field string
-		cfg   Config
+		field  string
+		cfg    Config
+		detail string // what follows the field in the error, when pinned
 	}{
-		{"Schema", Config{Schema: "Bad-Name"}},
-		{"RetentionInterval", Config{RetentionInterval: -1}},
-		{"RetentionBatch", Config{RetentionBatch: -1}},
+		{"Schema", Config{Schema: "Bad-Name"}, ""},
+		{"RetentionInterval", Config{RetentionInterval: -1}, "-1ns is negative"},
+		{"RetentionBatch", Config{RetentionBatch: -1}, "-1 is negative"},
 	} {
 		c := tc.cfg.withDefaults()
-		err := c.validate()
-		require.Error(t, err, "%+v", tc.cfg)
-		require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "idempotency: Config."+tc.field+": "), "%v", err)
+		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "idempotency: Config."+tc.field, tc.detail)
 	}
 }
 
@@ -34,23 +36,21 @@ func TestRouteValidate(t *testing.T) {
 	rc := (&Route{Operation: "op"}).withDefaults()
 	require.NoError(t, rc.validate())
 	for _, tc := range []struct {
-		field string
-		r     Route
+		field  string
+		r      Route
+		detail string // what follows the field in the error
 	}{
-		{"Operation", Route{}},
-		{"Mode", Route{Operation: "op", Mode: 7}},
-		{"TTL", Route{Operation: "op", TTL: -1}},
-		{"MaxBodyBytes", Route{Operation: "op", MaxBodyBytes: -1}},
-		{"Wait", Route{Operation: "op", Wait: -1}},
-		{"RetryAfter", Route{Operation: "op", RetryAfter: -1}},
-		{"Lease", Route{Operation: "op", Lease: time.Millisecond}},
+		{"Operation", Route{}, "required"},
+		{"Mode", Route{Operation: "op", Mode: 7}, "unknown mode 7"},
+		{"TTL", Route{Operation: "op", TTL: -1}, "-1ns is negative"},
+		{"MaxBodyBytes", Route{Operation: "op", MaxBodyBytes: -1}, "-1 is negative"},
+		{"Wait", Route{Operation: "op", Wait: -1}, "-1ns is negative"},
+		{"RetryAfter", Route{Operation: "op", RetryAfter: -1}, "-1ns is negative"},
+		{"Lease", Route{Operation: "op", Lease: time.Millisecond}, "1ms is below 3ms"},
 	} {
 		rc := tc.r.withDefaults()
-		err := rc.validate()
-		require.Error(t, err, "%+v", tc.r)
-		require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "idempotency: Route."+tc.field+": "), "%v", err)
-		_, err = (&Edge{}).Route(&tc.r)
+		cfgerrtest.RequireField(t, rc.validate(), ErrInvalidConfig, "idempotency: Route."+tc.field, tc.detail)
+		_, err := (&Edge{}).Route(&tc.r)
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
 }

@@ -145,10 +145,7 @@ func ExponentialBackoff(initial, max time.Duration) func(attempt int) time.Durat
 // withDefaults returns a copy of c (the zero Config if nil) with defaults
 // set.
 func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.Concurrency = cmp.Or(out.Concurrency, 4)
 	out.BatchSize = cmp.Or(out.BatchSize, 1)
@@ -157,9 +154,7 @@ func (c *Config) withDefaults() Config {
 		out.Backoff = ExponentialBackoff(time.Second, 5*time.Minute)
 	}
 	out.Retention = cmp.Or(out.Retention, 7*24*time.Hour)
-	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
-	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
-	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
+	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.DeadLetterRetention = cmp.Or(out.DeadLetterRetention, 7*24*time.Hour)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.Propagator = trace.Or(out.Propagator)
@@ -176,19 +171,16 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	switch {
-	case c.Concurrency < 0:
-		return bad("Concurrency", "%d must be positive", c.Concurrency)
-	case c.BatchSize < 0 || c.BatchSize > 1000:
+	if c.BatchSize < 1 || c.BatchSize > 1000 {
 		return bad("BatchSize", "%d not in 1..1000", c.BatchSize)
-	case c.MaxAttempts < 0:
-		return bad("MaxAttempts", "%d must be positive", c.MaxAttempts)
-	case c.RetentionInterval < 0:
-		return bad("RetentionInterval", "%v must be positive", c.RetentionInterval)
-	case c.RetentionBatch < 0:
-		return bad("RetentionBatch", "%d must be positive", c.RetentionBatch)
 	}
-	return nil
+	if err := bad.IfNegative(
+		cfgerr.Field("Concurrency", c.Concurrency),
+		cfgerr.Field("MaxAttempts", c.MaxAttempts),
+	); err != nil {
+		return err
+	}
+	return bad.Retention(c.RetentionInterval, c.RetentionBatch)
 }
 
 // Horizon is how long after a message was processed a copy of it can still

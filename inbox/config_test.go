@@ -1,13 +1,12 @@
 package inbox
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
@@ -22,30 +21,33 @@ func TestConfigValidate(t *testing.T) {
 	require.Equal(t, 7*24*time.Hour, c.Retention)
 	require.Equal(t, time.Minute, c.RetentionInterval)
 	require.Equal(t, 1000, c.RetentionBatch)
+	require.Equal(t, pgsql.DefaultRetentionRate, c.RetentionRate)
 	require.Equal(t, 7*24*time.Hour, c.DeadLetterRetention)
 	require.NotNil(t, c.Backoff)
 	require.NotNil(t, c.Logger)
 	require.NotNil(t, c.Propagator)
 	for _, tc := range []struct {
-		field string
-		cfg   *Config
+		field  string
+		cfg    *Config
+		detail string // what follows the field in the error, when pinned
 	}{
-		{"Name", nil},
-		{"Name", &Config{}},
-		{"Schema", &Config{Name: "c", Schema: "Bad-Name"}},
-		{"Concurrency", &Config{Name: "c", Concurrency: -1}},
-		{"BatchSize", &Config{Name: "c", BatchSize: -1}},
-		{"BatchSize", &Config{Name: "c", BatchSize: 1001}},
-		{"MaxAttempts", &Config{Name: "c", MaxAttempts: -1}},
-		{"RetentionInterval", &Config{Name: "c", RetentionInterval: -1}},
-		{"RetentionBatch", &Config{Name: "c", RetentionBatch: -1}},
+		{"Name", nil, "required"},
+		{"Name", &Config{}, "required"},
+		{"Schema", &Config{Name: "c", Schema: "Bad-Name"}, ""},
+		{"Concurrency", &Config{Name: "c", Concurrency: -1}, "-1 is negative"},
+		{"BatchSize", &Config{Name: "c", BatchSize: -1}, "-1 not in 1..1000"},
+		{"BatchSize", &Config{Name: "c", BatchSize: 1001}, "1001 not in 1..1000"},
+		{"MaxAttempts", &Config{Name: "c", MaxAttempts: -1}, "-1 is negative"},
+		{"RetentionInterval", &Config{Name: "c", RetentionInterval: -1}, "-1ns is negative"},
+		{"RetentionBatch", &Config{Name: "c", RetentionBatch: -1}, "-1 is negative"},
 	} {
 		c := tc.cfg.withDefaults()
-		err := c.validate()
-		require.Error(t, err, "%+v", tc.cfg)
-		require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "inbox: Config."+tc.field+": "), "%v", err)
+		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "inbox: Config."+tc.field, tc.detail)
 	}
+	// Negative retentions keep rows forever and a negative RetentionRate
+	// means no limit: none of them is refused.
+	c = (&Config{Name: "c", Retention: -1, DeadLetterRetention: -1, RetentionRate: -1}).withDefaults()
+	require.NoError(t, c.validate())
 	c = (&Config{Name: "c", Schema: "Bad-Name"}).withDefaults()
 	require.ErrorIs(t, c.validate(), pgsql.ErrInvalidSchema, "the cause is wrapped too")
 }

@@ -1,12 +1,13 @@
 package outbox
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -14,20 +15,18 @@ func TestConfigValidate(t *testing.T) {
 	c := (*Config)(nil).withDefaults()
 	require.NoError(t, c.validate())
 	for _, tc := range []struct {
-		field string
-		cfg   Config
+		field  string
+		cfg    Config
+		detail string // what follows the field in the error, when pinned
 	}{
-		{"Schema", Config{Schema: "Bad-Name"}},
-		{"MaxPayload", Config{MaxPayload: -1}},
-		{"Partitions", Config{Partitions: -1}},
-		{"Partitions", Config{Partitions: maxPartitions + 1}},
+		{"Schema", Config{Schema: "Bad-Name"}, ""},
+		{"MaxPayload", Config{MaxPayload: -1}, "-1 is negative"},
+		{"Partitions", Config{Partitions: -1}, "-1 not in 1..4096"},
+		{"Partitions", Config{Partitions: maxPartitions + 1}, "4097 not in 1..4096"},
 	} {
 		c := tc.cfg.withDefaults()
-		err := c.validate()
-		require.Error(t, err, "%+v", tc.cfg)
-		require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "outbox: Config."+tc.field+": "), "%v", err)
-		_, err = New(&tc.cfg)
+		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "outbox: Config."+tc.field, tc.detail)
+		_, err := New(&tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
 }
@@ -36,33 +35,38 @@ func TestRelayConfigValidate(t *testing.T) {
 	t.Parallel()
 	rc := (*RelayConfig)(nil).withDefaults()
 	require.NoError(t, rc.validate())
+	require.Equal(t, time.Minute, rc.RetentionInterval)
+	require.Equal(t, 1000, rc.RetentionBatch)
+	require.Equal(t, pgsql.DefaultRetentionRate, rc.RetentionRate)
 	for _, tc := range []struct {
-		field string
-		cfg   RelayConfig
+		field  string
+		cfg    RelayConfig
+		detail string // what follows the field in the error, when pinned
 	}{
-		{"Schema", RelayConfig{Schema: "Bad-Name"}},
-		{"Partitions", RelayConfig{Partitions: -1}},
-		{"Partitions", RelayConfig{Partitions: maxPartitions + 1}},
-		{"BatchSize", RelayConfig{BatchSize: -1}},
-		{"LeaseTTL", RelayConfig{LeaseTTL: time.Millisecond}},
-		{"PollInterval", RelayConfig{PollInterval: -1}},
-		{"BusyPollInterval", RelayConfig{BusyPollInterval: -1}},
-		{"BusyPollInterval", RelayConfig{PollInterval: time.Millisecond, BusyPollInterval: time.Second}},
-		{"PublishTimeout", RelayConfig{PublishTimeout: -1}},
-		{"MaxAttempts", RelayConfig{MaxAttempts: -1}},
-		{"RetryInitial", RelayConfig{RetryInitial: -1}},
-		{"RetryMax", RelayConfig{RetryInitial: time.Minute, RetryMax: time.Second}},
-		{"BrokerBackoffMax", RelayConfig{BrokerBackoffMax: -1}},
-		{"RetentionBatch", RelayConfig{RetentionBatch: -1}},
-		{"RetentionInterval", RelayConfig{RetentionInterval: -1}},
-		{"StatsInterval", RelayConfig{StatsInterval: -1}},
+		{"Schema", RelayConfig{Schema: "Bad-Name"}, ""},
+		{"Partitions", RelayConfig{Partitions: -1}, "-1 not in 1..4096"},
+		{"Partitions", RelayConfig{Partitions: maxPartitions + 1}, "4097 not in 1..4096"},
+		{"BatchSize", RelayConfig{BatchSize: -1}, "-1 is negative"},
+		{"LeaseTTL", RelayConfig{LeaseTTL: time.Millisecond}, "1ms is below 300ms"},
+		{"PollInterval", RelayConfig{PollInterval: -1}, "-1ns is negative"},
+		{"BusyPollInterval", RelayConfig{BusyPollInterval: -1}, "-1ns is negative"},
+		{"BusyPollInterval", RelayConfig{PollInterval: time.Millisecond, BusyPollInterval: time.Second}, "1s is above PollInterval (1ms)"},
+		{"PublishTimeout", RelayConfig{PublishTimeout: -1}, "-1ns is negative"},
+		{"MaxAttempts", RelayConfig{MaxAttempts: -1}, "-1 is negative"},
+		{"RetryInitial", RelayConfig{RetryInitial: -1}, "-1ns is negative"},
+		{"RetryMax", RelayConfig{RetryInitial: time.Minute, RetryMax: time.Second}, "1s is below RetryInitial (1m0s)"},
+		{"BrokerBackoffMax", RelayConfig{BrokerBackoffMax: -1}, "-1ns is negative"},
+		{"RetentionBatch", RelayConfig{RetentionBatch: -1}, "-1 is negative"},
+		{"RetentionInterval", RelayConfig{RetentionInterval: -1}, "-1ns is negative"},
+		{"StatsInterval", RelayConfig{StatsInterval: -1}, "-1ns is negative"},
 	} {
 		c := tc.cfg.withDefaults()
-		err := c.validate()
-		require.Error(t, err, "%+v", tc.cfg)
-		require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "outbox: RelayConfig."+tc.field+": "), "%v", err)
+		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "outbox: RelayConfig."+tc.field, tc.detail)
 	}
+	// RetentionRate is not refused when negative: it means no limit.
+	rc = (&RelayConfig{RetentionRate: -1}).withDefaults()
+	require.NoError(t, rc.validate())
+	require.Equal(t, -1, rc.RetentionRate)
 }
 
 // NewRelay's arguments are checked as its Config is: a nil pool or

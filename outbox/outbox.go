@@ -97,10 +97,7 @@ func New(cfg *Config) (*Outbox, error) {
 
 // withDefaults returns a copy of c (the zero Config if nil) with defaults set.
 func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.MaxPayload = cmp.Or(out.MaxPayload, DefaultMaxPayload)
 	out.Partitions = cmp.Or(out.Partitions, DefaultPartitions)
@@ -114,8 +111,8 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	if c.MaxPayload < 0 {
-		return bad("MaxPayload", "%d is negative", c.MaxPayload)
+	if err := bad.IfNegative(cfgerr.Field("MaxPayload", c.MaxPayload)); err != nil {
+		return err
 	}
 	if c.Partitions < 0 || c.Partitions > maxPartitions {
 		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)

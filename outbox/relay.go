@@ -152,10 +152,7 @@ func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay
 // withDefaults returns a copy of c (the zero RelayConfig if nil) with
 // defaults set.
 func (c *RelayConfig) withDefaults() RelayConfig {
-	var out RelayConfig
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.Partitions = cmp.Or(out.Partitions, DefaultPartitions)
 	if out.NodeID == "" {
@@ -171,9 +168,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	out.RetryMax = cmp.Or(out.RetryMax, 5*time.Minute)
 	out.BrokerBackoffMax = cmp.Or(out.BrokerBackoffMax, 10*time.Second)
 	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
-	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
-	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
-	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
+	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.StatsInterval = cmp.Or(out.StatsInterval, 5*time.Second)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	return out
@@ -186,33 +181,31 @@ func (c *RelayConfig) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	switch {
-	case c.Partitions < 1 || c.Partitions > maxPartitions:
+	if c.Partitions < 1 || c.Partitions > maxPartitions {
 		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)
-	case c.BatchSize < 1:
-		return bad("BatchSize", "%d must be positive", c.BatchSize)
+	}
+	if err := bad.IfNegative(
+		cfgerr.Field("BatchSize", c.BatchSize),
+		cfgerr.Field("PollInterval", c.PollInterval),
+		cfgerr.Field("BusyPollInterval", c.BusyPollInterval),
+		cfgerr.Field("PublishTimeout", c.PublishTimeout),
+		cfgerr.Field("MaxAttempts", c.MaxAttempts),
+		cfgerr.Field("RetryInitial", c.RetryInitial),
+		cfgerr.Field("BrokerBackoffMax", c.BrokerBackoffMax),
+		cfgerr.Field("StatsInterval", c.StatsInterval),
+	); err != nil {
+		return err
+	}
+	if err := bad.Retention(c.RetentionInterval, c.RetentionBatch); err != nil {
+		return err
+	}
+	switch {
 	case c.LeaseTTL < 300*time.Millisecond:
 		return bad("LeaseTTL", "%v is below 300ms", c.LeaseTTL)
-	case c.PollInterval < 0:
-		return bad("PollInterval", "%v is negative", c.PollInterval)
-	case c.BusyPollInterval < 0 || c.BusyPollInterval > c.PollInterval:
-		return bad("BusyPollInterval", "%v must be within 0..PollInterval (%v)", c.BusyPollInterval, c.PollInterval)
-	case c.PublishTimeout < 0:
-		return bad("PublishTimeout", "%v is negative", c.PublishTimeout)
-	case c.MaxAttempts < 1:
-		return bad("MaxAttempts", "%d must be positive", c.MaxAttempts)
-	case c.RetryInitial < 0:
-		return bad("RetryInitial", "%v is negative", c.RetryInitial)
+	case c.BusyPollInterval > c.PollInterval:
+		return bad("BusyPollInterval", "%v is above PollInterval (%v)", c.BusyPollInterval, c.PollInterval)
 	case c.RetryMax < c.RetryInitial:
-		return bad("RetryMax", "%v is below RetryInitial %v", c.RetryMax, c.RetryInitial)
-	case c.BrokerBackoffMax < 0:
-		return bad("BrokerBackoffMax", "%v is negative", c.BrokerBackoffMax)
-	case c.RetentionBatch < 1:
-		return bad("RetentionBatch", "%d must be positive", c.RetentionBatch)
-	case c.RetentionInterval < 0:
-		return bad("RetentionInterval", "%v is negative", c.RetentionInterval)
-	case c.StatsInterval < 0:
-		return bad("StatsInterval", "%v is negative", c.StatsInterval)
+		return bad("RetryMax", "%v is below RetryInitial (%v)", c.RetryMax, c.RetryInitial)
 	}
 	return nil
 }

@@ -1,12 +1,13 @@
 package sideeffect
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -14,41 +15,41 @@ func TestConfigValidate(t *testing.T) {
 	c := (*Config)(nil).withDefaults()
 	require.NoError(t, c.validate())
 	_, err := New(&Config{Schema: "Bad-Name"})
-	require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-	require.True(t, strings.HasPrefix(err.Error(), "sideeffect: Config.Schema: "), "%v", err)
+	cfgerrtest.RequireField(t, err, ErrInvalidConfig, "sideeffect: Config.Schema", "")
 }
 
 func TestDispatcherConfigValidate(t *testing.T) {
 	t.Parallel()
 	dc := (*DispatcherConfig)(nil).withDefaults()
 	require.NoError(t, dc.validate())
+	require.Equal(t, time.Minute, dc.RetentionInterval)
+	require.Equal(t, 1000, dc.RetentionBatch)
+	require.Equal(t, pgsql.DefaultRetentionRate, dc.RetentionRate)
 	for _, tc := range []struct {
-		field string
-		cfg   DispatcherConfig
+		field  string
+		cfg    DispatcherConfig
+		detail string // what follows the field in the error, when pinned
 	}{
-		{"Schema", DispatcherConfig{Schema: "Bad-Name"}},
-		{"Concurrency", DispatcherConfig{Concurrency: -1}},
-		{"BatchSize", DispatcherConfig{BatchSize: -1}},
-		{"FlushSize", DispatcherConfig{FlushSize: -1}},
-		{"MaxAttempts", DispatcherConfig{MaxAttempts: -1}},
-		{"RetentionBatch", DispatcherConfig{RetentionBatch: -1}},
-		{"PollInterval", DispatcherConfig{PollInterval: -1}},
-		{"CallTimeout", DispatcherConfig{CallTimeout: -1}},
-		{"Lease", DispatcherConfig{Lease: -1}},
-		{"Lease", DispatcherConfig{CallTimeout: time.Minute, Lease: time.Second}},
-		{"RecoverInterval", DispatcherConfig{RecoverInterval: -1}},
-		{"MinBackoff", DispatcherConfig{MinBackoff: -1}},
-		{"MaxBackoff", DispatcherConfig{MaxBackoff: -1}},
-		{"MaxBackoff", DispatcherConfig{MinBackoff: time.Minute, MaxBackoff: time.Second}},
-		{"MaxRetryAfter", DispatcherConfig{MaxRetryAfter: -1}},
-		{"RetentionInterval", DispatcherConfig{RetentionInterval: -1}},
+		{"Schema", DispatcherConfig{Schema: "Bad-Name"}, ""},
+		{"Concurrency", DispatcherConfig{Concurrency: -1}, "-1 is negative"},
+		{"BatchSize", DispatcherConfig{BatchSize: -1}, "-1 is negative"},
+		{"FlushSize", DispatcherConfig{FlushSize: -1}, "-1 is negative"},
+		{"MaxAttempts", DispatcherConfig{MaxAttempts: -1}, "-1 is negative"},
+		{"RetentionBatch", DispatcherConfig{RetentionBatch: -1}, "-1 is negative"},
+		{"PollInterval", DispatcherConfig{PollInterval: -1}, "-1ns is negative"},
+		{"CallTimeout", DispatcherConfig{CallTimeout: -1}, "-1ns is negative"},
+		{"Lease", DispatcherConfig{Lease: -1}, "-1ns is negative"},
+		{"Lease", DispatcherConfig{CallTimeout: time.Minute, Lease: time.Second}, "1s must exceed CallTimeout (1m0s), or a slow call could be fired twice at once"},
+		{"RecoverInterval", DispatcherConfig{RecoverInterval: -1}, "-1ns is negative"},
+		{"MinBackoff", DispatcherConfig{MinBackoff: -1}, "-1ns is negative"},
+		{"MaxBackoff", DispatcherConfig{MaxBackoff: -1}, "-1ns is negative"},
+		{"MaxBackoff", DispatcherConfig{MinBackoff: time.Minute, MaxBackoff: time.Second}, "1s is below MinBackoff (1m0s)"},
+		{"MaxRetryAfter", DispatcherConfig{MaxRetryAfter: -1}, "-1ns is negative"},
+		{"RetentionInterval", DispatcherConfig{RetentionInterval: -1}, "-1ns is negative"},
 	} {
 		c := tc.cfg.withDefaults()
-		err := c.validate()
-		require.Error(t, err, "%+v", tc.cfg)
-		require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "sideeffect: DispatcherConfig."+tc.field+": "), "%v", err)
-		_, err = NewDispatcher(nil, nil, &tc.cfg)
+		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "sideeffect: DispatcherConfig."+tc.field, tc.detail)
+		_, err := NewDispatcher(nil, nil, &tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
 }

@@ -97,10 +97,7 @@ type DispatcherConfig struct {
 // withDefaults returns a copy of c (the zero DispatcherConfig if nil) with
 // defaults set.
 func (c *DispatcherConfig) withDefaults() DispatcherConfig {
-	var out DispatcherConfig
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	if out.ID == "" {
 		out.ID = nodeid.New()
@@ -109,8 +106,6 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.BatchSize = cmp.Or(out.BatchSize, 200)
 	out.FlushSize = cmp.Or(out.FlushSize, 500)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
-	out.RetentionBatch = cmp.Or(out.RetentionBatch, 1000)
-	out.RetentionRate = cmp.Or(out.RetentionRate, pgsql.DefaultRetentionRate)
 	out.PollInterval = cmp.Or(out.PollInterval, 200*time.Millisecond)
 	out.CallTimeout = cmp.Or(out.CallTimeout, 30*time.Second)
 	out.Lease = cmp.Or(out.Lease, 2*out.CallTimeout+10*time.Second)
@@ -119,7 +114,7 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.MaxBackoff = cmp.Or(out.MaxBackoff, 10*time.Minute)
 	out.MaxRetryAfter = cmp.Or(out.MaxRetryAfter, time.Hour)
 	out.Retention = cmp.Or(out.Retention, 30*24*time.Hour)
-	out.RetentionInterval = cmp.Or(out.RetentionInterval, time.Minute)
+	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.Propagator = trace.Or(out.Propagator)
 	return out
@@ -132,30 +127,29 @@ func (c *DispatcherConfig) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"Concurrency", c.Concurrency}, {"BatchSize", c.BatchSize}, {"FlushSize", c.FlushSize},
-		{"MaxAttempts", c.MaxAttempts}, {"RetentionBatch", c.RetentionBatch}} {
-		if f.v < 0 {
-			return bad(f.name, "%d must be positive", f.v)
-		}
+	if err := bad.IfNegative(
+		cfgerr.Field("Concurrency", c.Concurrency),
+		cfgerr.Field("BatchSize", c.BatchSize),
+		cfgerr.Field("FlushSize", c.FlushSize),
+		cfgerr.Field("MaxAttempts", c.MaxAttempts),
+		cfgerr.Field("PollInterval", c.PollInterval),
+		cfgerr.Field("CallTimeout", c.CallTimeout),
+		cfgerr.Field("Lease", c.Lease),
+		cfgerr.Field("RecoverInterval", c.RecoverInterval),
+		cfgerr.Field("MinBackoff", c.MinBackoff),
+		cfgerr.Field("MaxBackoff", c.MaxBackoff),
+		cfgerr.Field("MaxRetryAfter", c.MaxRetryAfter),
+	); err != nil {
+		return err
 	}
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{{"PollInterval", c.PollInterval}, {"CallTimeout", c.CallTimeout}, {"Lease", c.Lease},
-		{"RecoverInterval", c.RecoverInterval}, {"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff},
-		{"MaxRetryAfter", c.MaxRetryAfter}, {"RetentionInterval", c.RetentionInterval}} {
-		if f.v < 0 {
-			return bad(f.name, "%s must be positive", f.v)
-		}
+	if err := bad.Retention(c.RetentionInterval, c.RetentionBatch); err != nil {
+		return err
 	}
 	if c.Lease <= c.CallTimeout {
-		return bad("Lease", "%s must exceed CallTimeout (%s), or a slow call could be fired twice at once", c.Lease, c.CallTimeout)
+		return bad("Lease", "%v must exceed CallTimeout (%v), or a slow call could be fired twice at once", c.Lease, c.CallTimeout)
 	}
 	if c.MaxBackoff < c.MinBackoff {
-		return bad("MaxBackoff", "%s is below MinBackoff (%s)", c.MaxBackoff, c.MinBackoff)
+		return bad("MaxBackoff", "%v is below MinBackoff (%v)", c.MaxBackoff, c.MinBackoff)
 	}
 	return nil
 }

@@ -111,10 +111,7 @@ func New(cfg *Config) (*Ledger, error) {
 
 // withDefaults returns a copy of c (the zero Config if nil) with defaults set.
 func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	return out
 }

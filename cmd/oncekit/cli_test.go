@@ -268,9 +268,9 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"relay", "--batch", "-1"}, "oncekit relay: --batch: -1 must be positive"},
+		{[]string{"relay", "--batch", "-1"}, "oncekit relay: --batch: -1 is negative"},
 		{[]string{"relay", "--lease-ttl", "1ms"}, "oncekit relay: --lease-ttl: 1ms is below 300ms"},
-		{[]string{"dispatch", "--endpoint", "k=http://127.0.0.1:1", "--concurrency", "-1"}, "oncekit dispatch: --concurrency: -1 must be positive"},
+		{[]string{"dispatch", "--endpoint", "k=http://127.0.0.1:1", "--concurrency", "-1"}, "oncekit dispatch: --concurrency: -1 is negative"},
 	} {
 		code, _, stderr := cli(t, vars, tc.args...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)

@@ -263,8 +263,8 @@ func (n *natsFlags) connect(name string) (*nats.Conn, error) {
 type configFlags map[string]string
 
 // usage turns a library's configuration error into a usage error that names
-// the flag instead of the Go field ("outbox: RelayConfig.BatchSize: -1 must
-// be positive" becomes "--batch: -1 must be positive").
+// the flag instead of the Go field ("outbox: RelayConfig.BatchSize: -1 is
+// negative" becomes "--batch: -1 is negative").
 func (m configFlags) usage(err error) error {
 	msg := err.Error()
 	if _, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(msg[:len(msg)-len(rest)], " ") {

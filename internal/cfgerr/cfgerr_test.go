@@ -36,3 +36,17 @@ func TestFor(t *testing.T) {
 		t.Fatalf("%v does not wrap the sentinel", err)
 	}
 }
+
+func TestCopyOf(t *testing.T) {
+	t.Parallel()
+	type config struct{ N int }
+	if got := CopyOf[config](nil); got != (config{}) {
+		t.Fatalf("CopyOf(nil) = %+v, want the zero config", got)
+	}
+	c := &config{N: 3}
+	got := CopyOf(c)
+	got.N = 4
+	if c.N != 3 {
+		t.Fatalf("CopyOf returned c itself")
+	}
+}

@@ -1,0 +1,79 @@
+package cfgerr
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+)
+
+func TestIfNegative(t *testing.T) {
+	t.Parallel()
+	sentinel := errors.New("pkg: invalid config")
+	bad := For(sentinel, "pkg: Config")
+	for _, tc := range []struct {
+		fields []Value
+		want   string // "" for nil
+	}{
+		{nil, ""},
+		{[]Value{Field("N", 0), Field("D", time.Duration(0)), Field("L", int64(0))}, ""},
+		{[]Value{Field("N", 1), Field("D", time.Second)}, ""},
+		{[]Value{Field("N", -1)}, "pkg: Config.N: -1 is negative"},
+		{[]Value{Field("L", int64(-2))}, "pkg: Config.L: -2 is negative"},
+		{[]Value{Field("D", -time.Second)}, "pkg: Config.D: -1s is negative"},
+		{[]Value{Field("N", 1), Field("D", time.Duration(-1)), Field("M", -1)}, "pkg: Config.D: -1ns is negative"},
+	} {
+		err := bad.IfNegative(tc.fields...)
+		if got := text(err); got != tc.want {
+			t.Fatalf("IfNegative(%+v) = %q, want %q", tc.fields, got, tc.want)
+		}
+		if err != nil && !errors.Is(err, sentinel) {
+			t.Fatalf("%v does not wrap the sentinel", err)
+		}
+	}
+}
+
+func TestDefaultRetention(t *testing.T) {
+	t.Parallel()
+	var (
+		interval    time.Duration
+		batch, rate int
+	)
+	DefaultRetention(&interval, &batch, &rate)
+	if interval != time.Minute || batch != 1000 || rate != pgsql.DefaultRetentionRate {
+		t.Fatalf("defaults: %v, %d, %d", interval, batch, rate)
+	}
+	interval, batch, rate = time.Second, 5, -1
+	DefaultRetention(&interval, &batch, &rate)
+	if interval != time.Second || batch != 5 || rate != -1 {
+		t.Fatalf("set values changed: %v, %d, %d", interval, batch, rate)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	bad := For(errors.New("pkg: invalid config"), "pkg: Config")
+	for _, tc := range []struct {
+		interval time.Duration
+		batch    int
+		want     string // "" for nil
+	}{
+		{time.Minute, 1000, ""},
+		{-time.Second, 1000, "pkg: Config.RetentionInterval: -1s is negative"},
+		{time.Minute, -1, "pkg: Config.RetentionBatch: -1 is negative"},
+		{-1, -1, "pkg: Config.RetentionInterval: -1ns is negative"},
+	} {
+		if got := text(bad.Retention(tc.interval, tc.batch)); got != tc.want {
+			t.Fatalf("Retention(%v, %d) = %q, want %q", tc.interval, tc.batch, got, tc.want)
+		}
+	}
+}
+
+// text is err's text, "" for nil.
+func text(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
