@@ -27,11 +27,17 @@ type Publisher struct {
 
 var _ broker.Publisher = (*Publisher)(nil)
 
+// ErrInvalidConfig is wrapped by the error NewPublisher, NewSource and
+// EnsureStream return for a nil connection or JetStream context; the error's
+// text names the argument. A SourceConfig or StreamConfig missing a required
+// field is ErrInvalidSource or ErrInvalidStream.
+var ErrInvalidConfig = errors.New("natsjs: invalid config")
+
 // NewPublisher returns a Publisher over nc. It creates its own JetStream
 // context so that its async-publish window does not interfere with others.
 func NewPublisher(nc *nats.Conn, cfg *PublisherConfig) (*Publisher, error) {
 	if nc == nil {
-		return nil, errors.New("natsjs: NewPublisher: nil connection")
+		return nil, fmt.Errorf("%w: NewPublisher: nil connection", ErrInvalidConfig)
 	}
 	c := PublisherConfig{}
 	if cfg != nil {

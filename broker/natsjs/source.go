@@ -89,6 +89,9 @@ var ErrSourceClosed = broker.ErrSourceClosed
 // NewSource creates or updates the durable consumer and returns a Source
 // reading it. Messages are fetched from the first Receive on.
 func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (*Source, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: NewSource: nil JetStream", ErrInvalidConfig)
+	}
 	var c SourceConfig
 	if cfg != nil {
 		c = *cfg

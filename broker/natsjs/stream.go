@@ -37,6 +37,9 @@ var ErrInvalidStream = errors.New("natsjs: invalid stream config")
 
 // EnsureStream creates the stream, or updates it to cfg if it exists.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: EnsureStream: nil JetStream", ErrInvalidConfig)
+	}
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%w: Name is required", ErrInvalidStream)
 	}
