@@ -32,7 +32,8 @@ type scaleTable struct {
 	// oldest and retained are the ages of the fill's first and last rows
 	// when filled; retained is the table's default retention. Zero for a
 	// table whose rows expire at a time set when written (the edge's):
-	// its retention has no age to take in parts, and ignores age.
+	// its retention has no age to take in parts (ignores age), and its
+	// passes are parted by time.
 	oldest, retained time.Duration
 }
 

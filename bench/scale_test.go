@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -29,12 +30,12 @@ import (
 // runs paced at 80% of its empty rate (BenchmarkScale/<table>-retention/rows=<count>:
 // deleted rows/s, and the hot path's rate and p99 during the deletion over
 // the same paced run just before it without retention). It does so in
-// ONCEKIT_SCALE_RETENTION_PASSES (default 3) passes, each with its own
+// ONCEKIT_SCALE_RETENTION_PASSES (default 5) passes, each with its own
 // paced run before it: pass k of n deletes the rows older than the age k/n
 // of the way from the fill's oldest row to the table's retention, so that
 // the last deletes the rest at the default retention, and each is one
 // paired measurement of the same backlog's deletion (the edge's records
-// expire at a time set when written, so its backlog goes in one pass).
+// expire at a time set when written: its passes are parted by time).
 //
 // ONCEKIT_SCALE_N (default 20,000) is the messages of one relay or consumer
 // measurement, a quarter of it the effects or requests of one dispatcher or
@@ -72,9 +73,10 @@ func BenchmarkScale(b *testing.B) {
 			}
 		}
 		if filled > 0 && t.retain != nil {
+			rate := cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate)
 			passes := cfg.retentionPasses
-			if t.oldest == 0 {
-				passes = 1
+			if t.oldest == 0 && rate < 0 {
+				passes = 1 // no age to part by, and no rate to part the time by
 			}
 			for k := 1; k <= passes; k++ {
 				// The age of the k-th part's boundary now, the rows having aged
@@ -85,7 +87,11 @@ func BenchmarkScale(b *testing.B) {
 				}
 				b.Run(t.table+"-retention/rows="+strconv.Itoa(filled), func(b *testing.B) {
 					for range b.N {
-						retentionUnderLoad(b, cfg, t.paths[0], t.retain(b, db, age), db, last[t.paths[0].name])
+						retain := t.retain(b, db, age)
+						if t.oldest == 0 && k < passes {
+							retain = stopAfter(retain, time.Duration(float64(filled)/float64(passes)/float64(rate)*float64(time.Second)))
+						}
+						retentionUnderLoad(b, cfg, t.paths[0], retain, db, last[t.paths[0].name])
 					}
 				})
 			}
@@ -135,7 +141,7 @@ func scaleConfigFromEnv(b *testing.B) scaleConfig {
 		pairs:           max(1, envInt("ONCEKIT_SCALE_PAIRS", 3)),
 		seconds:         envInt("ONCEKIT_SCALE_SECONDS", 5),
 		retentionMax:    time.Duration(envInt("ONCEKIT_SCALE_RETENTION_MAX", 300)) * time.Second,
-		retentionPasses: envInt("ONCEKIT_SCALE_RETENTION_PASSES", 3),
+		retentionPasses: envInt("ONCEKIT_SCALE_RETENTION_PASSES", 5),
 	}
 	if r := os.Getenv("ONCEKIT_SCALE_RETENTION_RATE"); r != "" {
 		n, err := strconv.Atoi(r)
@@ -223,4 +229,21 @@ func printServer(b *testing.B) {
 		line = "throwaway cluster (bench/main_test.go), " + line + ", " + hugePagesInUse()
 	}
 	fmt.Printf("postgres: %s\n", line)
+}
+
+// stopAfter returns retain cut off after d: a retention pass without an age
+// to part its backlog by (the edge's records expire at a time set when
+// written) is parted by time instead, each but the last pass taking the
+// time its share of the rows takes at the retention rate. A pass cut off
+// reports the rows it deleted and no error.
+func stopAfter(retain func(context.Context) (int64, error), d time.Duration) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		cut, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		n, err := retain(cut)
+		if err != nil && cut.Err() != nil && ctx.Err() == nil {
+			err = nil
+		}
+		return n, err
+	}
 }

@@ -204,9 +204,10 @@ func writeScale(w io.Writer, r *run, note string) error {
 	if len(retention) > 0 {
 		b.WriteString("\n### Retention under load\n\n")
 		b.WriteString("Each table's retention deletes its filled backlog while the table's first hot path runs paced at 80%\n")
-		b.WriteString("of its empty-table rate, in passes, each deleting the rows older than an age (oldest third first), so\n")
+		b.WriteString("of its empty-table rate, in passes, each deleting the rows older than an age (the oldest first), so\n")
 		b.WriteString("that each pass is a pair with the same paced run just before it without retention; the edge's records\n")
-		b.WriteString("expire at a time set when written, so they go in one pass. Figures are medians over the passes;\n")
+		b.WriteString("expire at a time set when written, so its passes are parted by time, each but the last taking the\n")
+		b.WriteString("time its share of the rows takes at the retention rate. Figures are medians over the passes;\n")
 		b.WriteString("hot-path figures are during the deletion, (×) over the paced run before. The rate kept is the hot\n")
 		b.WriteString("path's work over the wall time; its speed at work is the rate of its measurements alone, which slows\n")
 		b.WriteString("before the rate kept does. Checkpoints are those the server began during the passes, together.\n")
