@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -85,9 +86,13 @@ FROM generate_series($1::bigint, $2::bigint - 1) g,
 // stands for of, the rows of the run's largest fill), then runs the
 // statements after (no parameters). The table's indexes and key
 // constraints are dropped first and built again after, as a bulk load does
-// (far faster than maintaining a random-key B-tree row by row); the table is
-// then vacuumed and analyzed, as autovacuum would leave it, and a checkpoint
-// written.
+// (far faster than maintaining a random-key B-tree row by row), and the
+// table is then vacuumed and analyzed, as autovacuum would leave it. A
+// checkpoint comes first, so that the WAL the fill and the measurements
+// after it write counts from it: max_wal_size does not bring one on in the
+// middle of them, and the hot paths run as they do between two checkpoints
+// spaced by time (the first writes to each page after a checkpoint, which
+// log the whole page, are decision 020's, not the table size's).
 func fill(b *testing.B, db *testenv.DB, table, sql string, from, to, of int, after ...string) {
 	b.Helper()
 	ctx := context.Background()
@@ -122,6 +127,7 @@ func fill(b *testing.B, db *testenv.DB, table, sql string, from, to, of int, aft
 			b.Fatal(err)
 		}
 	}
+	checkpoint(b, conn)
 	if _, err := conn.Exec(ctx, strings.ReplaceAll(sql, "{rows}", strconv.Itoa(of)), from, to); err != nil {
 		b.Fatalf("fill %s: %v", table, err)
 	}
@@ -137,11 +143,6 @@ func fill(b *testing.B, db *testenv.DB, table, sql string, from, to, of int, aft
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %s", pgx.Identifier{table}.Sanitize())); err != nil {
 		b.Fatal(err)
-	}
-	// A bulk load's WAL would otherwise bring on a checkpoint at a point of
-	// the measurements that follow that depends on the fill's size.
-	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
-		fmt.Printf("fill: no checkpoint after %s's fill: %v\n", table, err)
 	}
 	prewarmIndexes(b, conn, table)
 }
@@ -163,6 +164,14 @@ func prewarmIndexes(b *testing.B, conn *pgxpool.Conn, table string) {
 		return
 	}
 	if _, err := conn.Exec(ctx, `SELECT public.pg_prewarm(indexrelid) FROM pg_index WHERE indrelid = $1::regclass`, table); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// checkpoint writes a checkpoint through q.
+func checkpoint(b *testing.B, q oncekit.Querier) {
+	b.Helper()
+	if _, err := q.Exec(context.Background(), "CHECKPOINT"); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -210,11 +210,13 @@ func writeScale(w io.Writer, r *run, note string) error {
 		b.WriteString("time its share of the rows takes at the retention rate. Figures are medians over the passes;\n")
 		b.WriteString("hot-path figures are during the deletion, (×) over the paced run before. The rate kept is the hot\n")
 		b.WriteString("path's work over the wall time; its speed at work is the rate of its measurements alone, which slows\n")
-		b.WriteString("before the rate kept does. Checkpoints are those the server began during the passes, together.\n")
+		b.WriteString("before the rate kept does. The paced run before shows the share of the pace it kept: below 1× the\n")
+		b.WriteString("table's state (autovacuum after the passes before, say) slowed the path before the deletion began.\n")
+		b.WriteString("Checkpoints are those the server began during the passes, together.\n")
 		fmt.Fprintf(&b, "Target: ≥ %s rows/s deleted while the hot path keeps ≥ %s× its rate.\n\n",
 			human(scaleMinDeleted), num(scaleMinHotRate))
-		b.WriteString("| table | rows | passes | deleted a pass | deleted rows/s | hot-path rate kept | speed at work | hot-path p99 ms | checkpoints | |\n" +
-			"|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| table | rows | passes | deleted a pass | deleted rows/s | hot-path rate kept | speed at work | hot-path p99 ms | paced run before | checkpoints | |\n" +
+			"|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, f := range retention {
 			passes, checkpoints := r.sum(f, "deleted-rows/s"), r.sum(f, "checkpoints")
 			deleted, _ := r.metric(f, "deleted")
@@ -230,9 +232,13 @@ func writeScale(w io.Writer, r *run, note string) error {
 				px, _ := r.metric(f, "hot-p99-x")
 				p99 = human(v) + " (" + human(px) + "×)"
 			}
+			before := ""
+			if v, ok := r.metric(f, "hot-quiet-x"); ok {
+				before = human(v) + "× of the pace"
+			}
 			pass := perSec >= scaleMinDeleted && x >= scaleMinHotRate
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s (%s×) | %s | %s | %s | %s |\n", strings.TrimSuffix(f.path, scaleRetentionPart),
-				human(float64(f.rows)), passes.n, human(deleted), human(perSec), human(rate), human(x), busy, p99, checkpoints.text(),
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s (%s×) | %s | %s | %s | %s | %s |\n", strings.TrimSuffix(f.path, scaleRetentionPart),
+				human(float64(f.rows)), passes.n, human(deleted), human(perSec), human(rate), human(x), busy, p99, before, checkpoints.text(),
 				map[bool]string{true: "PASS", false: "MISS"}[pass])
 		}
 	}
