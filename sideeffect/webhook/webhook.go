@@ -149,7 +149,7 @@ func (c *Config) validate() error {
 		return bad("URL", "want an http(s) URL, got %s", shown)
 	}
 	if c.Timeout < 0 {
-		return bad("Timeout", "%s must be positive", c.Timeout)
+		return bad("Timeout", "%s is negative", c.Timeout)
 	}
 	if _, err := c.Key.keyHeader(); err != nil {
 		return err

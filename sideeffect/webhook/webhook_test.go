@@ -225,4 +225,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		require.ErrorIs(t, err, webhook.ErrInvalidConfig, "%+v", tc.cfg)
 		require.True(t, strings.HasPrefix(err.Error(), "webhook: Config."+tc.field+": "), "%v", err)
 	}
+	// A negative field reads as every Config's does.
+	_, err := webhook.New(&webhook.Config{URL: "http://x", Timeout: -1})
+	require.EqualError(t, err, "webhook: Config.Timeout: -1ns is negative")
 }
