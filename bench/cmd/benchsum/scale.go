@@ -149,10 +149,16 @@ func writeScale(w io.Writer, r *run, note string) error {
 	b.WriteString("Added by `make bench-scale` (`BenchmarkScale`, `BenchmarkScaleMemory`); a later `make bench` keeps\n")
 	b.WriteString("this section, a later `make bench-scale` replaces it. What it measures is in\n")
 	b.WriteString("[docs/benchmarks.md](../docs/benchmarks.md#scale).\n\n")
-	n := r.runs()
-	writeRunLines(&b, r, fmt.Sprintf("%d paired measurement%s of each hot path at each row count (`SCALE_PAIRS` on each fill,\n  times `SCALE_COUNT`); each figure is the median. Retention and memory: one run each per `SCALE_COUNT`.", n, plural(n)), note)
-
 	hot, retention := r.scaleFigures()
+	n := 0 // the pairs of a hot path at a row count, not the retention's passes
+	for _, k := range r.keys() {
+		if name, _, _ := strings.Cut(k, " "); strings.HasPrefix(name, scalePrefix) && !strings.Contains(name, scaleRetentionPart+"/") {
+			n = max(n, len(r.samples[k]))
+		}
+	}
+	writeRunLines(&b, r, fmt.Sprintf("%d paired measurement%s of each hot path at each row count (`SCALE_PAIRS` on each fill,\n"+
+		"  times `SCALE_COUNT`); each figure is the median. Retention: passes as its table says; memory: one run per `SCALE_COUNT`.", n, plural(n)), note)
+
 	var rows []int
 	var paths []string
 	for _, f := range hot {
