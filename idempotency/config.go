@@ -58,7 +58,7 @@ func (c *Config) withDefaults() Config {
 	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
-	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	return out
 }
 

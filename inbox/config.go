@@ -154,7 +154,7 @@ func (c *Config) withDefaults() Config {
 		out.Backoff = ExponentialBackoff(time.Second, 5*time.Minute)
 	}
 	out.Retention = cmp.Or(out.Retention, 7*24*time.Hour)
-	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.DeadLetterRetention = cmp.Or(out.DeadLetterRetention, 7*24*time.Hour)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.Propagator = trace.Or(out.Propagator)

@@ -168,7 +168,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	out.RetryMax = cmp.Or(out.RetryMax, 5*time.Minute)
 	out.BrokerBackoffMax = cmp.Or(out.BrokerBackoffMax, 10*time.Second)
 	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
-	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.StatsInterval = cmp.Or(out.StatsInterval, 5*time.Second)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	return out

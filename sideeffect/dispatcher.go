@@ -114,7 +114,7 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.MaxBackoff = cmp.Or(out.MaxBackoff, 10*time.Minute)
 	out.MaxRetryAfter = cmp.Or(out.MaxRetryAfter, time.Hour)
 	out.Retention = cmp.Or(out.Retention, 30*24*time.Hour)
-	cfgerr.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.Propagator = trace.Or(out.Propagator)
 	return out

@@ -2,8 +2,9 @@
 // constructors return for a bad Config field ("pkg: Config.Field: detail",
 // wrapping the package's ErrInvalidConfig sentinel and the cause, if any, so
 // that errors.Is works on both), the checks every Config makes of its
-// numeric fields (IfNegative), and the retention loop's defaults and checks
-// (DefaultRetention, Bad.Retention).
+// numeric fields (IfNegative), and the retention loop's checks
+// (Bad.Retention; its defaults are pgsql.DefaultRetention's). It depends on
+// no other oncekit package, so the broker adapters may use it too.
 //
 // A Config's withDefaults starts from CopyOf(c) and fills in its defaults;
 // its validate binds Bad to the package's sentinel with For, states its

@@ -1,11 +1,6 @@
 package cfgerr
 
-import (
-	"cmp"
-	"time"
-
-	"github.com/oncekit/oncekit/internal/pgsql"
-)
+import "time"
 
 // Value is a numeric Config field's name and value, as IfNegative checks it;
 // Field makes one.
@@ -33,26 +28,6 @@ func (bad Bad) IfNegative(fields ...Value) error {
 		}
 	}
 	return nil
-}
-
-// Defaults of the retention loop's settings, which the Configs of the
-// components that keep rows (outbox.RelayConfig, inbox.Config,
-// sideeffect.DispatcherConfig, idempotency.Config) share.
-const (
-	// DefaultRetentionInterval is RetentionInterval unless set.
-	DefaultRetentionInterval = time.Minute
-	// DefaultRetentionBatch is RetentionBatch unless set.
-	DefaultRetentionBatch = 1000
-)
-
-// DefaultRetention sets a Config's retention loop settings, given as
-// pointers to its RetentionInterval, RetentionBatch and RetentionRate
-// fields, to their defaults where they are zero: DefaultRetentionInterval,
-// DefaultRetentionBatch and pgsql.DefaultRetentionRate.
-func DefaultRetention(interval *time.Duration, batch, rate *int) {
-	*interval = cmp.Or(*interval, DefaultRetentionInterval)
-	*batch = cmp.Or(*batch, DefaultRetentionBatch)
-	*rate = cmp.Or(*rate, pgsql.DefaultRetentionRate)
 }
 
 // Retention returns the error for a negative RetentionInterval or

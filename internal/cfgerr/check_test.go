@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 func TestIfNegative(t *testing.T) {
@@ -31,23 +29,6 @@ func TestIfNegative(t *testing.T) {
 		if err != nil && !errors.Is(err, sentinel) {
 			t.Fatalf("%v does not wrap the sentinel", err)
 		}
-	}
-}
-
-func TestDefaultRetention(t *testing.T) {
-	t.Parallel()
-	var (
-		interval    time.Duration
-		batch, rate int
-	)
-	DefaultRetention(&interval, &batch, &rate)
-	if interval != time.Minute || batch != 1000 || rate != pgsql.DefaultRetentionRate {
-		t.Fatalf("defaults: %v, %d, %d", interval, batch, rate)
-	}
-	interval, batch, rate = time.Second, 5, -1
-	DefaultRetention(&interval, &batch, &rate)
-	if interval != time.Second || batch != 5 || rate != -1 {
-		t.Fatalf("set values changed: %v, %d, %d", interval, batch, rate)
 	}
 }
 

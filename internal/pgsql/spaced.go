@@ -1,6 +1,7 @@
 package pgsql
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -15,6 +16,26 @@ import (
 // DefaultRetentionRate is the RetentionRate of every retention loop unless
 // configured: the most rows per second one pass deletes.
 const DefaultRetentionRate = 60_000
+
+// Defaults of the other retention loop settings, which the Configs of the
+// components that keep rows (outbox.RelayConfig, inbox.Config,
+// sideeffect.DispatcherConfig, idempotency.Config) share.
+const (
+	// DefaultRetentionInterval is RetentionInterval unless set.
+	DefaultRetentionInterval = time.Minute
+	// DefaultRetentionBatch is RetentionBatch unless set.
+	DefaultRetentionBatch = 1000
+)
+
+// DefaultRetention sets a Config's retention loop settings, given as
+// pointers to its RetentionInterval, RetentionBatch and RetentionRate
+// fields, to their defaults where they are zero: DefaultRetentionInterval,
+// DefaultRetentionBatch and DefaultRetentionRate.
+func DefaultRetention(interval *time.Duration, batch, rate *int) {
+	*interval = cmp.Or(*interval, DefaultRetentionInterval)
+	*batch = cmp.Or(*batch, DefaultRetentionBatch)
+	*rate = cmp.Or(*rate, DefaultRetentionRate)
+}
 
 // RetentionSpacing is the least time between two statements of a retention
 // pass that deletes batch rows per statement and at most rate rows per

@@ -38,3 +38,20 @@ func TestSpacedStatements(t *testing.T) {
 	_, err := q.Exec(short, "SELECT 1")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+func TestDefaultRetention(t *testing.T) {
+	t.Parallel()
+	var (
+		interval    time.Duration
+		batch, rate int
+	)
+	pgsql.DefaultRetention(&interval, &batch, &rate)
+	if interval != time.Minute || batch != 1000 || rate != pgsql.DefaultRetentionRate {
+		t.Fatalf("defaults: %v, %d, %d", interval, batch, rate)
+	}
+	interval, batch, rate = time.Second, 5, -1
+	pgsql.DefaultRetention(&interval, &batch, &rate)
+	if interval != time.Second || batch != 5 || rate != -1 {
+		t.Fatalf("set values changed: %v, %d, %d", interval, batch, rate)
+	}
+}
