@@ -9,17 +9,30 @@ import (
 )
 
 // Adapters depend on the broker seam only, never on the consumer or the
-// relay: `go list -deps` of each adapter names no other oncekit package.
+// relay: `go list -deps` of each adapter names no other oncekit package but
+// internal/cfgerr, the Configs' error vocabulary, which itself depends on no
+// oncekit package.
 func TestAdaptersDependOnBrokerOnly(t *testing.T) {
 	t.Parallel()
+	require.Equal(t, []string{"github.com/oncekit/oncekit/internal/cfgerr"}, oncekitDeps(t, "../internal/cfgerr"))
 	for _, pkg := range []string{"./natsjs", "./wmbroker"} {
-		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
-		require.NoError(t, err, string(out))
-		for _, dep := range strings.Fields(string(out)) {
-			if strings.HasPrefix(dep, "github.com/oncekit/oncekit") {
-				require.Contains(t, []string{"github.com/oncekit/oncekit/broker", "github.com/oncekit/oncekit/broker/" + strings.TrimPrefix(pkg, "./")}, dep,
-					"%s must depend on package broker only", pkg)
-			}
+		for _, dep := range oncekitDeps(t, pkg) {
+			require.Contains(t, []string{"github.com/oncekit/oncekit/broker", "github.com/oncekit/oncekit/broker/" + strings.TrimPrefix(pkg, "./"),
+				"github.com/oncekit/oncekit/internal/cfgerr"}, dep, "%s must depend on package broker only", pkg)
 		}
 	}
+}
+
+// oncekitDeps returns the oncekit packages pkg depends on, itself included.
+func oncekitDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+	require.NoError(t, err, string(out))
+	var deps []string
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "github.com/oncekit/oncekit") {
+			deps = append(deps, dep)
+		}
+	}
+	return deps
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // PublisherConfig configures a Publisher. The zero value works.
@@ -28,8 +29,9 @@ type Publisher struct {
 var _ broker.Publisher = (*Publisher)(nil)
 
 // ErrInvalidConfig is wrapped by the error NewPublisher, NewSource and
-// EnsureStream return for a nil connection or JetStream context; the error's
-// text names the argument. A SourceConfig or StreamConfig missing a required
+// EnsureStream return for a nil connection or JetStream context (the error's
+// text names the argument), and by NewPublisher's for a negative
+// PublisherConfig.MaxPending. A SourceConfig or StreamConfig missing a required
 // field is ErrInvalidSource or ErrInvalidStream.
 var ErrInvalidConfig = errors.New("natsjs: invalid config")
 
@@ -43,7 +45,10 @@ func NewPublisher(nc *nats.Conn, cfg *PublisherConfig) (*Publisher, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.MaxPending <= 0 {
+	if err := cfgerr.For(ErrInvalidConfig, "natsjs: PublisherConfig").IfNegative(cfgerr.Field("MaxPending", c.MaxPending)); err != nil {
+		return nil, err
+	}
+	if c.MaxPending == 0 {
 		c.MaxPending = 4096
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(c.MaxPending))

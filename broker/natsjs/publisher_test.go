@@ -82,6 +82,19 @@ func TestEnsureStreamValidates(t *testing.T) {
 	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
 	_, err = natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Name: "x"})
 	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
+	_, err = natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Name: "x", Subjects: []string{"x"}, Replicas: -1})
+	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
+	require.EqualError(t, err, "natsjs: StreamConfig.Replicas: -1 is negative")
+	_, err = n.JS.Stream(context.Background(), "x")
+	require.Error(t, err, "nothing was created")
+}
+
+func TestNewPublisherRefusesANegativeMaxPending(t *testing.T) {
+	t.Parallel()
+	n := testenv.NewNATS(t)
+	_, err := natsjs.NewPublisher(n.Conn, &natsjs.PublisherConfig{MaxPending: -1})
+	require.ErrorIs(t, err, natsjs.ErrInvalidConfig)
+	require.EqualError(t, err, "natsjs: PublisherConfig.MaxPending: -1 is negative")
 }
 
 func TestPublishBatchLargerThanWindow(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // SourceConfig configures a Source: the durable pull consumer it creates (or
@@ -79,7 +80,8 @@ type Source struct {
 
 var _ broker.Source = (*Source)(nil)
 
-// ErrInvalidSource is returned for a SourceConfig missing a required field.
+// ErrInvalidSource is returned (wrapped) for a SourceConfig missing a
+// required field or with a negative AckWait, MaxAckPending or Prefetch.
 var ErrInvalidSource = errors.New("natsjs: invalid source config")
 
 // ErrSourceClosed is returned by Receive after Close; it is
@@ -101,6 +103,10 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 	}
 	if c.Durable == "" {
 		return nil, fmt.Errorf("%w: Durable is required", ErrInvalidSource)
+	}
+	if err := cfgerr.For(ErrInvalidSource, "natsjs: SourceConfig").IfNegative(cfgerr.Field("AckWait", c.AckWait),
+		cfgerr.Field("MaxAckPending", c.MaxAckPending), cfgerr.Field("Prefetch", c.Prefetch)); err != nil {
+		return nil, err
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second

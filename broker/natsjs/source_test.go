@@ -64,6 +64,11 @@ func TestNewSourceValidates(t *testing.T) {
 	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
 	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s"})
 	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	// A negative value is refused, not taken for the default (nor, for
+	// MaxAckPending, for JetStream's "unlimited").
+	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s", Durable: "d", MaxAckPending: -1})
+	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	require.EqualError(t, err, "natsjs: SourceConfig.MaxAckPending: -1 is negative")
 }
 
 func TestSourceMustExistAndDeliverPolicy(t *testing.T) {

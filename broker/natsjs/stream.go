@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // DefaultDuplicates is the dedup window EnsureStream uses unless told
@@ -32,7 +34,8 @@ type StreamConfig struct {
 	MaxAge time.Duration
 }
 
-// ErrInvalidStream is returned for a StreamConfig missing a required field.
+// ErrInvalidStream is returned (wrapped) for a StreamConfig missing a
+// required field or with a negative Duplicates, Replicas or MaxAge.
 var ErrInvalidStream = errors.New("natsjs: invalid stream config")
 
 // EnsureStream creates the stream, or updates it to cfg if it exists.
@@ -45,6 +48,10 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	}
 	if len(cfg.Subjects) == 0 {
 		return nil, fmt.Errorf("%w: Subjects is required", ErrInvalidStream)
+	}
+	if err := cfgerr.For(ErrInvalidStream, "natsjs: StreamConfig").IfNegative(cfgerr.Field("Duplicates", cfg.Duplicates),
+		cfgerr.Field("Replicas", cfg.Replicas), cfgerr.Field("MaxAge", cfg.MaxAge)); err != nil {
+		return nil, err
 	}
 	if cfg.Duplicates <= 0 {
 		cfg.Duplicates = DefaultDuplicates
