@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -144,6 +145,10 @@ func fill(b *testing.B, db *testenv.DB, table, sql string, from, to, of int, aft
 	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %s", pgx.Identifier{table}.Sanitize())); err != nil {
 		b.Fatal(err)
 	}
+	// The fill's writes sit in the page cache until the kernel flushes them,
+	// a gigabyte at once some 30 s later, stalling every fsync meanwhile
+	// (the WAL's, JetStream's): flushed here, not in a measurement.
+	syscall.Sync()
 	prewarmIndexes(b, conn, table)
 }
 
