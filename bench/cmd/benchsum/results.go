@@ -35,8 +35,9 @@ func writeResults(w io.Writer, r *run, note string) error {
 			lo, hi := r.spread(t.num)
 			fig += " (" + human(lo) + "–" + human(hi) + ")"
 		}
+		oncekit, peer, raw := t.cells()
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s %s | %s |\n",
-			t.what, r.cell(t.oncekit), r.cell(t.peer), r.cell(t.raw), fig, t.op, human(t.limit), t.verdict(v))
+			t.what, r.cell(oncekit), r.cell(peer), r.cell(raw), fig, t.op, human(t.limit), t.verdict(v))
 	}
 
 	b.WriteString("\n## Every figure\n\n")

@@ -1,5 +1,7 @@
 package main
 
+import "strings"
+
 // target is one figure the project sets a target for.
 type target struct {
 	name string // machine-readable name, on the summary's "ratio" lines
@@ -12,9 +14,11 @@ type target struct {
 	value    func(num, den float64) float64
 	op       string // ">=" or "<="
 	limit    float64
-	// oncekit, peer and raw are the rates or times shown beside the figure
-	// on the results page: oncekit's, watermill's, and the raw limit's.
-	oncekit, peer, raw string
+	// Beside the figure the results page shows rates or times in unit rate
+	// (none when rate is empty): oncekit's, of num's sub-benchmark, and
+	// those of the sub-benchmarks peer (watermill) and raw (the raw limit)
+	// of num's benchmark.
+	rate, peer, raw string
 }
 
 func ratio(n, d float64) float64 { return n / d }
@@ -22,41 +26,32 @@ func ratio(n, d float64) float64 { return n / d }
 var targets = []target{
 	{name: "relay oncekit/watermill", what: "relay drain vs watermill, msgs/s",
 		num: "BenchmarkRelay/oncekit msgs/s", den: "BenchmarkRelay/watermill msgs/s", value: ratio, op: ">=", limit: 15,
-		oncekit: "BenchmarkRelay/oncekit msgs/s", peer: "BenchmarkRelay/watermill msgs/s"},
+		rate: "msgs/s", peer: "watermill"},
 	{name: "relay oncekit/jetstream", what: "relay drain vs bare JetStream (paired)",
-		num: "BenchmarkRelay/oncekit x-jetstream", op: ">=", limit: 0.6,
-		oncekit: "BenchmarkRelay/oncekit msgs/s", raw: "BenchmarkRelay/jetstream msgs/s"},
+		num: "BenchmarkRelay/oncekit x-jetstream", op: ">=", limit: 0.6, rate: "msgs/s", raw: "jetstream"},
 	{name: "relay-latency p50-ms", what: "relay latency p50 ms (1,000 events/s, polling)",
 		num: "BenchmarkRelayLatency/poll p50-ms", op: "<=", limit: 5},
 	{name: "relay-latency p99-ms", what: "relay latency p99 ms (polling)",
 		num: "BenchmarkRelayLatency/poll p99-ms", op: "<=", limit: 25},
 	{name: "consume oncekit-batch/watermill", what: "batch consumer vs watermill (paired)",
-		num: "BenchmarkConsume/oncekit-batch x-watermill", op: ">=", limit: 10,
-		oncekit: "BenchmarkConsume/oncekit-batch msgs/s", peer: "BenchmarkConsume/watermill msgs/s"},
+		num: "BenchmarkConsume/oncekit-batch x-watermill", op: ">=", limit: 10, rate: "msgs/s", peer: "watermill"},
 	{name: "consume dedup-overhead", what: "dedup overhead, batch vs no claim (paired)",
-		num: "BenchmarkConsume/oncekit-batch claim-overhead", op: "<=", limit: 0.20,
-		oncekit: "BenchmarkConsume/oncekit-batch msgs/s", raw: "BenchmarkConsume/oncekit-noclaim msgs/s"},
+		num: "BenchmarkConsume/oncekit-batch claim-overhead", op: "<=", limit: 0.20, rate: "msgs/s", raw: "oncekit-noclaim"},
 	// The same two for the batch consumer whose handler queues its insert
 	// (inbox.Queue) instead of making a round trip.
 	{name: "consume oncekit-batch-queue/watermill", what: "batch consumer, queued writes, vs watermill (paired)",
-		num: "BenchmarkConsume/oncekit-batch-queue x-watermill", op: ">=", limit: 10,
-		oncekit: "BenchmarkConsume/oncekit-batch-queue msgs/s", peer: "BenchmarkConsume/watermill msgs/s"},
+		num: "BenchmarkConsume/oncekit-batch-queue x-watermill", op: ">=", limit: 10, rate: "msgs/s", peer: "watermill"},
 	{name: "consume queue dedup-overhead", what: "dedup overhead, queued writes (paired)",
-		num: "BenchmarkConsume/oncekit-batch-queue claim-overhead", op: "<=", limit: 0.20,
-		oncekit: "BenchmarkConsume/oncekit-batch-queue msgs/s", raw: "BenchmarkConsume/oncekit-noclaim-queue msgs/s"},
+		num: "BenchmarkConsume/oncekit-batch-queue claim-overhead", op: "<=", limit: 0.20, rate: "msgs/s", raw: "oncekit-noclaim-queue"},
 	{name: "dispatch oncekit effects/s", what: "dispatcher, effects/s",
-		num: "BenchmarkDispatch/oncekit effects/s", op: ">=", limit: 5000,
-		oncekit: "BenchmarkDispatch/oncekit effects/s"},
+		num: "BenchmarkDispatch/oncekit effects/s", op: ">=", limit: 5000, rate: "effects/s"},
 	{name: "dispatch oncekit/bare-http", what: "dispatcher vs bare HTTP (paired)",
-		num: "BenchmarkDispatch/oncekit x-bare", op: ">=", limit: 0.5,
-		oncekit: "BenchmarkDispatch/oncekit effects/s", raw: "BenchmarkDispatch/bare-http effects/s"},
+		num: "BenchmarkDispatch/oncekit x-bare", op: ">=", limit: 0.5, rate: "effects/s", raw: "bare-http"},
 	{name: "edge replay p50-ms", what: "edge replay p50 ms",
-		num: "BenchmarkEdge/replay p50-ms", op: "<=", limit: 1,
-		oncekit: "BenchmarkEdge/replay p50-ms", raw: "BenchmarkEdge/bare p50-ms"},
+		num: "BenchmarkEdge/replay p50-ms", op: "<=", limit: 1, rate: "p50-ms", raw: "bare"},
 	{name: "edge new-key extra round trips", what: "edge first request, extra PostgreSQL round trips",
 		num: "BenchmarkEdge/new-key pg-rt/req", den: "BenchmarkEdge/bare pg-rt/req",
-		value: func(n, d float64) float64 { return n - d }, op: "<=", limit: 1,
-		oncekit: "BenchmarkEdge/new-key pg-rt/req", raw: "BenchmarkEdge/bare pg-rt/req"},
+		value: func(n, d float64) float64 { return n - d }, op: "<=", limit: 1, rate: "pg-rt/req", raw: "bare"},
 }
 
 // figure computes t's figure from the run's medians; false when the run
@@ -74,6 +69,23 @@ func (t target) figure(r *run) (float64, bool) {
 		return 0, false
 	}
 	return t.value(v, d), true
+}
+
+// cells are the metrics shown beside t's figure on the results page:
+// oncekit's, the peer's and the raw limit's, each "" when t shows none.
+func (t target) cells() (oncekit, peer, raw string) {
+	if t.rate == "" {
+		return "", "", ""
+	}
+	bench, rest, _ := strings.Cut(t.num, "/")
+	sub, _, _ := strings.Cut(rest, " ")
+	metric := func(name string) string {
+		if name == "" {
+			return ""
+		}
+		return bench + "/" + name + " " + t.rate
+	}
+	return metric(sub), metric(t.peer), metric(t.raw)
 }
 
 // verdict is PASS when v meets t's target, else MISS.
