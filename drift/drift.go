@@ -132,21 +132,12 @@ func (c *Config) withDefaults() Config {
 // ErrInvalidConfig.
 func (c *Config) validate() error {
 	bad := cfgerr.For(ErrInvalidConfig, "drift: Config")
+	if err := bad.IfNegative(c, "MaxOutboxAge", "MaxPendingAge", "LeaseGrace", "FailedWindow",
+		"Window", "CheckTimeout", "MaxOutboxBacklog", "Concurrency", "MaxIDs"); err != nil {
+		return err
+	}
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
-	}
-	if err := bad.IfNegative(
-		cfgerr.Field("MaxOutboxAge", c.MaxOutboxAge),
-		cfgerr.Field("MaxPendingAge", c.MaxPendingAge),
-		cfgerr.Field("LeaseGrace", c.LeaseGrace),
-		cfgerr.Field("FailedWindow", c.FailedWindow),
-		cfgerr.Field("Window", c.Window),
-		cfgerr.Field("CheckTimeout", c.CheckTimeout),
-		cfgerr.Field("MaxOutboxBacklog", c.MaxOutboxBacklog),
-		cfgerr.Field("Concurrency", c.Concurrency),
-		cfgerr.Field("MaxIDs", c.MaxIDs),
-	); err != nil {
-		return err
 	}
 	seen := map[string]bool{}
 	for _, b := range builtins(*c) {

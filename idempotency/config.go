@@ -69,7 +69,7 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	return bad.Retention(c.RetentionInterval, c.RetentionBatch)
+	return bad.IfNegative(c, "RetentionInterval", "RetentionBatch")
 }
 
 // Mode selects how a route's claim relates to the handler's writes.
@@ -197,12 +197,7 @@ func (r *Route) validate() error {
 	case r.Mode != Separate && r.Mode != SameTx:
 		return bad("Mode", "unknown mode %d", r.Mode)
 	}
-	if err := bad.IfNegative(
-		cfgerr.Field("TTL", r.TTL),
-		cfgerr.Field("MaxBodyBytes", r.MaxBodyBytes),
-		cfgerr.Field("Wait", r.Wait),
-		cfgerr.Field("RetryAfter", r.RetryAfter),
-	); err != nil {
+	if err := bad.IfNegative(r, "TTL", "MaxBodyBytes", "Wait", "RetryAfter"); err != nil {
 		return err
 	}
 	if r.Lease < 3*time.Millisecond {

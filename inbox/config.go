@@ -174,13 +174,7 @@ func (c *Config) validate() error {
 	if c.BatchSize < 1 || c.BatchSize > 1000 {
 		return bad("BatchSize", "%d not in 1..1000", c.BatchSize)
 	}
-	if err := bad.IfNegative(
-		cfgerr.Field("Concurrency", c.Concurrency),
-		cfgerr.Field("MaxAttempts", c.MaxAttempts),
-	); err != nil {
-		return err
-	}
-	return bad.Retention(c.RetentionInterval, c.RetentionBatch)
+	return bad.IfNegative(c, "Concurrency", "MaxAttempts", "RetentionInterval", "RetentionBatch")
 }
 
 // Horizon is how long after a message was processed a copy of it can still

@@ -111,7 +111,7 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	if err := bad.IfNegative(cfgerr.Field("MaxPayload", c.MaxPayload)); err != nil {
+	if err := bad.IfNegative(c, "MaxPayload"); err != nil {
 		return err
 	}
 	if c.Partitions < 0 || c.Partitions > maxPartitions {

@@ -184,19 +184,9 @@ func (c *RelayConfig) validate() error {
 	if c.Partitions < 1 || c.Partitions > maxPartitions {
 		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)
 	}
-	if err := bad.IfNegative(
-		cfgerr.Field("BatchSize", c.BatchSize),
-		cfgerr.Field("PollInterval", c.PollInterval),
-		cfgerr.Field("BusyPollInterval", c.BusyPollInterval),
-		cfgerr.Field("PublishTimeout", c.PublishTimeout),
-		cfgerr.Field("MaxAttempts", c.MaxAttempts),
-		cfgerr.Field("RetryInitial", c.RetryInitial),
-		cfgerr.Field("BrokerBackoffMax", c.BrokerBackoffMax),
-		cfgerr.Field("StatsInterval", c.StatsInterval),
-	); err != nil {
-		return err
-	}
-	if err := bad.Retention(c.RetentionInterval, c.RetentionBatch); err != nil {
+	if err := bad.IfNegative(c, "BatchSize", "PollInterval", "BusyPollInterval",
+		"PublishTimeout", "MaxAttempts", "RetryInitial", "BrokerBackoffMax", "StatsInterval",
+		"RetentionInterval", "RetentionBatch"); err != nil {
 		return err
 	}
 	switch {

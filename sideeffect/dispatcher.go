@@ -127,22 +127,9 @@ func (c *DispatcherConfig) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	if err := bad.IfNegative(
-		cfgerr.Field("Concurrency", c.Concurrency),
-		cfgerr.Field("BatchSize", c.BatchSize),
-		cfgerr.Field("FlushSize", c.FlushSize),
-		cfgerr.Field("MaxAttempts", c.MaxAttempts),
-		cfgerr.Field("PollInterval", c.PollInterval),
-		cfgerr.Field("CallTimeout", c.CallTimeout),
-		cfgerr.Field("Lease", c.Lease),
-		cfgerr.Field("RecoverInterval", c.RecoverInterval),
-		cfgerr.Field("MinBackoff", c.MinBackoff),
-		cfgerr.Field("MaxBackoff", c.MaxBackoff),
-		cfgerr.Field("MaxRetryAfter", c.MaxRetryAfter),
-	); err != nil {
-		return err
-	}
-	if err := bad.Retention(c.RetentionInterval, c.RetentionBatch); err != nil {
+	if err := bad.IfNegative(c, "Concurrency", "BatchSize", "FlushSize", "MaxAttempts",
+		"PollInterval", "CallTimeout", "Lease", "RecoverInterval", "MinBackoff", "MaxBackoff",
+		"MaxRetryAfter", "RetentionInterval", "RetentionBatch"); err != nil {
 		return err
 	}
 	if c.Lease <= c.CallTimeout {

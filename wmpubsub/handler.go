@@ -1,6 +1,7 @@
 package wmpubsub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // HandlerFunc processes a watermill message inside tx, the transaction that
@@ -81,26 +83,22 @@ type Inbox struct {
 // New returns an Inbox whose handlers run in transactions on db (a
 // *pgxpool.Pool).
 func New(db oncekit.DB, cfg *Config) (*Inbox, error) {
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is required", inbox.ErrInvalidConfig)
 	}
+	c := cfgerr.CopyOf(cfg)
+	bad := cfgerr.For(inbox.ErrInvalidConfig, "wmpubsub: Config")
 	if c.Name == "" {
-		return nil, fmt.Errorf("%w: Name is required", inbox.ErrInvalidConfig)
+		return nil, bad("Name", "required")
 	}
 	store, err := inbox.NewStore(c.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Schema: %w", inbox.ErrInvalidConfig, err)
+		return nil, bad("Schema", "%w", err)
 	}
 	if c.MessageID == nil {
 		c.MessageID = DefaultMessageID
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return &Inbox{db: db, cfg: c, store: store, log: c.Logger.With("consumer", c.Name),
 		m: inbox.NewMetrics(c.Registerer, c.Name)}, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/outbox"
 )
 
@@ -55,10 +56,7 @@ func NewPublisher(db oncekit.Beginner, cfg *PublisherConfig) (*Publisher, error)
 	if db == nil {
 		return nil, errors.New("wmpubsub: NewPublisher: db is required")
 	}
-	var c PublisherConfig
-	if cfg != nil {
-		c = *cfg
-	}
+	c := cfgerr.CopyOf(cfg)
 	ob, err := outbox.New(&c.Outbox)
 	if err != nil {
 		return nil, fmt.Errorf("wmpubsub: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // OpenSource opens the broker source a Subscriber reads topic from for
@@ -72,15 +73,16 @@ var ErrSubscriberClosed = errors.New("wmpubsub: subscriber closed")
 
 // NewSubscriber returns a Subscriber claiming in db (a *pgxpool.Pool).
 func NewSubscriber(db oncekit.DB, cfg *SubscriberConfig) (*Subscriber, error) {
-	var c SubscriberConfig
-	if cfg != nil {
-		c = *cfg
-	}
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is required", inbox.ErrInvalidConfig)
 	}
+	c := cfgerr.CopyOf(cfg)
+	bad := cfgerr.For(inbox.ErrInvalidConfig, "wmpubsub: SubscriberConfig")
 	if c.Source == nil {
-		return nil, fmt.Errorf("%w: Source is required", inbox.ErrInvalidConfig)
+		return nil, bad("Source", "required")
+	}
+	if err := bad.IfNegative(c, "MaxAttempts"); err != nil {
+		return nil, err
 	}
 	if c.Group == "" {
 		c.Group = "default"

@@ -1,6 +1,7 @@
 package natsjs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,17 +42,11 @@ func NewPublisher(nc *nats.Conn, cfg *PublisherConfig) (*Publisher, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: NewPublisher: nil connection", ErrInvalidConfig)
 	}
-	c := PublisherConfig{}
-	if cfg != nil {
-		c = *cfg
-	}
-	if err := cfgerr.For(ErrInvalidConfig, "natsjs: PublisherConfig").IfNegative(cfgerr.Field("MaxPending", c.MaxPending)); err != nil {
+	c := cfgerr.CopyOf(cfg)
+	if err := cfgerr.For(ErrInvalidConfig, "natsjs: PublisherConfig").IfNegative(c, "MaxPending"); err != nil {
 		return nil, err
 	}
-	if c.MaxPending == 0 {
-		c.MaxPending = 4096
-	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(c.MaxPending))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cmp.Or(c.MaxPending, 4096)))
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}

@@ -80,6 +80,7 @@ func TestEnsureStreamValidates(t *testing.T) {
 	n := testenv.NewNATS(t)
 	_, err := natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Subjects: []string{"x"}})
 	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
+	require.EqualError(t, err, "natsjs: StreamConfig.Name: required")
 	_, err = natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Name: "x"})
 	require.ErrorIs(t, err, natsjs.ErrInvalidStream)
 	_, err = natsjs.EnsureStream(context.Background(), n.JS, natsjs.StreamConfig{Name: "x", Subjects: []string{"x"}, Replicas: -1})

@@ -1,6 +1,7 @@
 package natsjs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,32 +95,21 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 	if js == nil {
 		return nil, fmt.Errorf("%w: NewSource: nil JetStream", ErrInvalidConfig)
 	}
-	var c SourceConfig
-	if cfg != nil {
-		c = *cfg
+	c := cfgerr.CopyOf(cfg)
+	bad := cfgerr.For(ErrInvalidSource, "natsjs: SourceConfig")
+	switch {
+	case c.Stream == "":
+		return nil, bad("Stream", "required")
+	case c.Durable == "":
+		return nil, bad("Durable", "required")
 	}
-	if c.Stream == "" {
-		return nil, fmt.Errorf("%w: Stream is required", ErrInvalidSource)
-	}
-	if c.Durable == "" {
-		return nil, fmt.Errorf("%w: Durable is required", ErrInvalidSource)
-	}
-	if err := cfgerr.For(ErrInvalidSource, "natsjs: SourceConfig").IfNegative(cfgerr.Field("AckWait", c.AckWait),
-		cfgerr.Field("MaxAckPending", c.MaxAckPending), cfgerr.Field("Prefetch", c.Prefetch)); err != nil {
+	if err := bad.IfNegative(c, "AckWait", "MaxAckPending", "Prefetch"); err != nil {
 		return nil, err
 	}
-	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = -1
-	}
-	if c.MaxAckPending <= 0 {
-		c.MaxAckPending = 2048
-	}
-	if c.Prefetch <= 0 {
-		c.Prefetch = 512
-	}
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, -1)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, 2048)
+	c.Prefetch = cmp.Or(c.Prefetch, 512)
 	cc := jetstream.ConsumerConfig{
 		Durable:       c.Durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,

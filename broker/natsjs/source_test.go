@@ -62,8 +62,10 @@ func TestNewSourceValidates(t *testing.T) {
 	n := testenv.NewNATS(t)
 	_, err := natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Durable: "d"})
 	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	require.EqualError(t, err, "natsjs: SourceConfig.Stream: required")
 	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s"})
 	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	require.EqualError(t, err, "natsjs: SourceConfig.Durable: required")
 	// A negative value is refused, not taken for the default (nor, for
 	// MaxAckPending, for JetStream's "unlimited").
 	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s", Durable: "d", MaxAckPending: -1})

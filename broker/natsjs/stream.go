@@ -1,6 +1,7 @@
 package natsjs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,22 +44,18 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	if js == nil {
 		return nil, fmt.Errorf("%w: EnsureStream: nil JetStream", ErrInvalidConfig)
 	}
-	if cfg.Name == "" {
-		return nil, fmt.Errorf("%w: Name is required", ErrInvalidStream)
+	bad := cfgerr.For(ErrInvalidStream, "natsjs: StreamConfig")
+	switch {
+	case cfg.Name == "":
+		return nil, bad("Name", "required")
+	case len(cfg.Subjects) == 0:
+		return nil, bad("Subjects", "required")
 	}
-	if len(cfg.Subjects) == 0 {
-		return nil, fmt.Errorf("%w: Subjects is required", ErrInvalidStream)
-	}
-	if err := cfgerr.For(ErrInvalidStream, "natsjs: StreamConfig").IfNegative(cfgerr.Field("Duplicates", cfg.Duplicates),
-		cfgerr.Field("Replicas", cfg.Replicas), cfgerr.Field("MaxAge", cfg.MaxAge)); err != nil {
+	if err := bad.IfNegative(cfg, "Duplicates", "Replicas", "MaxAge"); err != nil {
 		return nil, err
 	}
-	if cfg.Duplicates <= 0 {
-		cfg.Duplicates = DefaultDuplicates
-	}
-	if cfg.Replicas <= 0 {
-		cfg.Replicas = 1
-	}
+	cfg.Duplicates = cmp.Or(cfg.Duplicates, DefaultDuplicates)
+	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       cfg.Name,
 		Subjects:   cfg.Subjects,

@@ -1,6 +1,7 @@
 package wmbroker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // PublisherConfig configures a Publisher. The zero value works.
@@ -51,8 +53,9 @@ type Publisher struct {
 
 var _ broker.Publisher = (*Publisher)(nil)
 
-// ErrInvalidConfig is returned for a configuration NewPublisher or
-// NewSource cannot use; the message names the field.
+// ErrInvalidConfig is returned (wrapped) for a configuration NewPublisher or
+// NewSource cannot use: a missing publisher, subscriber or Topics, or a
+// negative number; the message names the field.
 var ErrInvalidConfig = errors.New("wmbroker: invalid config")
 
 // NewPublisher returns a Publisher over pub. The caller keeps owning pub
@@ -61,16 +64,14 @@ func NewPublisher(pub message.Publisher, cfg *PublisherConfig) (*Publisher, erro
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is required", ErrInvalidConfig)
 	}
-	var c PublisherConfig
-	if cfg != nil {
-		c = *cfg
-	}
+	c := cfgerr.CopyOf(cfg)
 	if c.Topic == nil {
 		c.Topic = func(m broker.Message) string { return m.Subject }
 	}
-	if c.Parallel <= 0 {
-		c.Parallel = 16
+	if err := cfgerr.For(ErrInvalidConfig, "wmbroker: PublisherConfig").IfNegative(c, "Parallel"); err != nil {
+		return nil, err
 	}
+	c.Parallel = cmp.Or(c.Parallel, 16)
 	if c.Connected == nil {
 		c.Connected = func() bool { return true }
 	}

@@ -1,6 +1,7 @@
 package wmbroker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // SourceConfig configures a Source. Only Topics is required.
@@ -82,19 +84,16 @@ func NewSource(ctx context.Context, sub message.Subscriber, cfg *SourceConfig) (
 	if sub == nil {
 		return nil, fmt.Errorf("%w: subscriber is required", ErrInvalidConfig)
 	}
-	var c SourceConfig
-	if cfg != nil {
-		c = *cfg
-	}
+	c := cfgerr.CopyOf(cfg)
+	bad := cfgerr.For(ErrInvalidConfig, "wmbroker: SourceConfig")
 	if len(c.Topics) == 0 {
-		return nil, fmt.Errorf("%w: Topics is required", ErrInvalidConfig)
+		return nil, bad("Topics", "required")
 	}
-	if c.Subscriptions <= 0 {
-		c.Subscriptions = 1
+	if err := bad.IfNegative(c, "Subscriptions", "AckWait", "Duplicates"); err != nil {
+		return nil, err
 	}
-	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
-	}
+	c.Subscriptions = cmp.Or(c.Subscriptions, 1)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Source{cfg: c, msgs: make(chan *delivery), done: make(chan struct{}), cancel: cancel,
 		inHand: map[*delivery]struct{}{}, attempts: map[string]int{}}

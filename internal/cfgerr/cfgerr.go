@@ -1,18 +1,19 @@
 // Package cfgerr is the vocabulary oncekit's Configs share: the errors
 // constructors return for a bad Config field ("pkg: Config.Field: detail",
 // wrapping the package's ErrInvalidConfig sentinel and the cause, if any, so
-// that errors.Is works on both), the checks every Config makes of its
-// numeric fields (IfNegative), and the retention loop's checks
-// (Bad.Retention; its defaults are pgsql.DefaultRetention's). It depends on
-// no other oncekit package, so the broker adapters may use it too.
+// that errors.Is works on both) and the check every Config makes of its
+// numeric fields (IfNegative). It depends on no other oncekit package, so
+// the broker adapters may use it too.
 //
 // A Config's withDefaults starts from CopyOf(c) and fills in its defaults;
 // its validate binds Bad to the package's sentinel with For, states its
-// non-negative fields once with IfNegative, then checks what is particular
-// to it (ranges, minimums, one field against another). The same failure is
-// worded the same everywhere: "-1 is negative" for a negative field, "1ms is
-// below 300ms" for a value under its minimum, "1s is below RetryInitial
-// (1m0s)" for one field under another, "required" for a missing one.
+// non-negative fields once with IfNegative (a retention loop's
+// RetentionInterval and RetentionBatch among them; their defaults are
+// pgsql.DefaultRetention's), then checks what is particular to it (ranges,
+// minimums, one field against another). The same failure is worded the same
+// everywhere: "-1 is negative" for a negative field, "1ms is below 300ms"
+// for a value under its minimum, "1s is below RetryInitial (1m0s)" for one
+// field under another, "required" for a missing one.
 package cfgerr
 
 import (

@@ -1,38 +1,32 @@
 package cfgerr
 
-import "time"
+import (
+	"fmt"
+	"reflect"
+)
 
-// Value is a numeric Config field's name and value, as IfNegative checks it;
-// Field makes one.
-type Value struct {
-	name     string
-	value    any // formatted with %v: "-1", "-1ns"
-	negative bool
-}
-
-// Field returns the Value of the field named name (an int, an int64 or a
-// time.Duration).
-func Field[T ~int | ~int64](name string, v T) Value {
-	return Value{name: name, value: v, negative: v < 0}
-}
-
-// IfNegative returns the error for the first of fields that is negative,
-// "-1 is negative" (a duration shows as one: "-1ns is negative"), or nil
-// when none is. It is the check of fields where 0 asks for the default, so
-// that only a negative value is refused; a field with a minimum or a range
-// is checked on its own ("1ms is below 300ms", "4097 not in 1..4096").
-func (bad Bad) IfNegative(fields ...Value) error {
-	for _, f := range fields {
-		if f.negative {
-			return bad(f.name, "%v is negative", f.value)
+// IfNegative returns the error for the first of the fields named that is
+// negative in config, "-1 is negative" (a duration shows as one: "-1ns is
+// negative"), or nil when none is. It is the check of fields where 0 asks for
+// the default, so that only a negative value is refused; a field with a
+// minimum or a range is checked on its own ("1ms is below 300ms", "4097 not
+// in 1..4096").
+//
+// config is a Config struct or a pointer to one, and each name one of its
+// integer fields (int, int64, time.Duration). Naming a field once, rather
+// than its name and its value, leaves no way for the two to disagree; a name
+// that is not such a field panics, so the first constructor test to run
+// finds the mistake.
+func (bad Bad) IfNegative(config any, names ...string) error {
+	v := reflect.Indirect(reflect.ValueOf(config))
+	for _, name := range names {
+		f := v.FieldByName(name)
+		if !f.IsValid() || !f.CanInt() {
+			panic(fmt.Sprintf("cfgerr: %v has no integer field %q", v.Type(), name))
+		}
+		if f.Int() < 0 {
+			return bad(name, "%v is negative", f.Interface())
 		}
 	}
 	return nil
-}
-
-// Retention returns the error for a negative RetentionInterval or
-// RetentionBatch, in that order, or nil. RetentionRate is not checked: a
-// negative rate means no limit.
-func (bad Bad) Retention(interval time.Duration, batch int) error {
-	return bad.IfNegative(Field("RetentionInterval", interval), Field("RetentionBatch", batch))
 }

@@ -6,48 +6,56 @@ import (
 	"time"
 )
 
+type config struct {
+	N    int
+	D    time.Duration
+	L    int64
+	M    int
+	Name string
+}
+
 func TestIfNegative(t *testing.T) {
 	t.Parallel()
 	sentinel := errors.New("pkg: invalid config")
 	bad := For(sentinel, "pkg: Config")
 	for _, tc := range []struct {
-		fields []Value
-		want   string // "" for nil
+		c     config
+		names []string
+		want  string // "" for nil
 	}{
-		{nil, ""},
-		{[]Value{Field("N", 0), Field("D", time.Duration(0)), Field("L", int64(0))}, ""},
-		{[]Value{Field("N", 1), Field("D", time.Second)}, ""},
-		{[]Value{Field("N", -1)}, "pkg: Config.N: -1 is negative"},
-		{[]Value{Field("L", int64(-2))}, "pkg: Config.L: -2 is negative"},
-		{[]Value{Field("D", -time.Second)}, "pkg: Config.D: -1s is negative"},
-		{[]Value{Field("N", 1), Field("D", time.Duration(-1)), Field("M", -1)}, "pkg: Config.D: -1ns is negative"},
+		{config{}, nil, ""},
+		{config{}, []string{"N", "D", "L"}, ""},
+		{config{N: 1, D: time.Second}, []string{"N", "D"}, ""},
+		{config{N: -1}, []string{"N"}, "pkg: Config.N: -1 is negative"},
+		{config{N: -1}, []string{"D", "L"}, ""}, // only the fields named
+		{config{L: -2}, []string{"L"}, "pkg: Config.L: -2 is negative"},
+		{config{D: -time.Second}, []string{"D"}, "pkg: Config.D: -1s is negative"},
+		{config{N: 1, D: -1, M: -1}, []string{"N", "D", "M"}, "pkg: Config.D: -1ns is negative"},
 	} {
-		err := bad.IfNegative(tc.fields...)
-		if got := text(err); got != tc.want {
-			t.Fatalf("IfNegative(%+v) = %q, want %q", tc.fields, got, tc.want)
-		}
-		if err != nil && !errors.Is(err, sentinel) {
-			t.Fatalf("%v does not wrap the sentinel", err)
+		for _, c := range []any{tc.c, &tc.c} { // a Config or a pointer to one
+			err := bad.IfNegative(c, tc.names...)
+			if got := text(err); got != tc.want {
+				t.Fatalf("IfNegative(%+v, %q) = %q, want %q", tc.c, tc.names, got, tc.want)
+			}
+			if err != nil && !errors.Is(err, sentinel) {
+				t.Fatalf("%v does not wrap the sentinel", err)
+			}
 		}
 	}
 }
 
-func TestRetention(t *testing.T) {
+func TestIfNegativePanicsOnANameThatIsNoIntegerField(t *testing.T) {
 	t.Parallel()
 	bad := For(errors.New("pkg: invalid config"), "pkg: Config")
-	for _, tc := range []struct {
-		interval time.Duration
-		batch    int
-		want     string // "" for nil
-	}{
-		{time.Minute, 1000, ""},
-		{-time.Second, 1000, "pkg: Config.RetentionInterval: -1s is negative"},
-		{time.Minute, -1, "pkg: Config.RetentionBatch: -1 is negative"},
-		{-1, -1, "pkg: Config.RetentionInterval: -1ns is negative"},
-	} {
-		if got := text(bad.Retention(tc.interval, tc.batch)); got != tc.want {
-			t.Fatalf("Retention(%v, %d) = %q, want %q", tc.interval, tc.batch, got, tc.want)
-		}
+	for _, name := range []string{"Missing", "Name", "n"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("IfNegative(config, %q) did not panic", name)
+				}
+			}()
+			_ = bad.IfNegative(config{}, name)
+		}()
 	}
 }
 
