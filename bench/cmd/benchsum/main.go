@@ -25,31 +25,33 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"strconv"
 	"strings"
 )
 
 func main() {
+	log.SetFlags(0)
+	log.SetPrefix("benchsum: ")
 	results := flag.String("results", "", "also write the results page (Markdown) to this file")
 	note := flag.String("note", "", "a sentence for the results page's header (how the run was made)")
 	scale := flag.Bool("scale", false, "the input is `make bench-scale` output: write only the page's scale section")
 	flag.Parse()
 	run, err := parse(os.Stdin)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "benchsum:", err)
-		os.Exit(1)
+		log.Fatal(err)
 	}
 	writeSummary(os.Stdout, run)
-	if *results != "" {
-		write := keepScale(*results)
-		if *scale {
-			write = replaceScale(*results)
-		}
-		if err := writeResultsFile(*results, run, *note, write); err != nil {
-			fmt.Fprintln(os.Stderr, "benchsum:", err)
-			os.Exit(1)
-		}
+	if *results == "" {
+		return
+	}
+	write := keepScale(*results)
+	if *scale {
+		write = replaceScale(*results)
+	}
+	if err := writeResultsFile(*results, run, *note, write); err != nil {
+		log.Fatal(err)
 	}
 }
 
