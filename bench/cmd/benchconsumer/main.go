@@ -26,27 +26,33 @@ import (
 	"github.com/oncekit/oncekit/inbox"
 )
 
+// config is what the command line sets.
+type config struct {
+	dbURL, schema, natsURL, stream string
+}
+
 func main() {
-	dbURL := flag.String("database-url", "", "PostgreSQL URL")
-	schema := flag.String("schema", "oncekit", "schema of oncekit's tables (bench_effects lives there too)")
-	natsURL := flag.String("nats-url", nats.DefaultURL, "NATS URL")
-	stream := flag.String("stream", "", "JetStream stream to consume")
+	var cfg config
+	flag.StringVar(&cfg.dbURL, "database-url", "", "PostgreSQL URL")
+	flag.StringVar(&cfg.schema, "schema", "oncekit", "schema of oncekit's tables (bench_effects lives there too)")
+	flag.StringVar(&cfg.natsURL, "nats-url", nats.DefaultURL, "NATS URL")
+	flag.StringVar(&cfg.stream, "stream", "", "JetStream stream to consume")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, *dbURL, *schema, *natsURL, *stream); err != nil {
+	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "benchconsumer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dbURL, schema, natsURL, stream string) error {
-	pool, err := pgxpool.New(ctx, dbURL)
+func run(ctx context.Context, cfg config) error {
+	pool, err := pgxpool.New(ctx, cfg.dbURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	nc, err := nats.Connect(natsURL)
+	nc, err := nats.Connect(cfg.natsURL)
 	if err != nil {
 		return err
 	}
@@ -55,16 +61,16 @@ func run(ctx context.Context, dbURL, schema, natsURL, stream string) error {
 	if err != nil {
 		return err
 	}
-	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: stream, Durable: "benchconsumer"})
+	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: cfg.stream, Durable: "benchconsumer"})
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	insert := fmt.Sprintf(`INSERT INTO %s.bench_effects (message_id, payload) VALUES ($1, $2)`, pgx.Identifier{schema}.Sanitize())
+	insert := fmt.Sprintf(`INSERT INTO %s.bench_effects (message_id, payload) VALUES ($1, $2)`, pgx.Identifier{cfg.schema}.Sanitize())
 	c, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		_, err := tx.Exec(ctx, insert, msg.ID, msg.Payload)
 		return err
-	}), &inbox.Config{Name: "bench", Schema: schema, BatchSize: 200, Concurrency: 4, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	}), &inbox.Config{Name: "bench", Schema: cfg.schema, BatchSize: 200, Concurrency: 4, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
