@@ -28,6 +28,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/wmbroker"
@@ -74,7 +75,6 @@ func run(ctx context.Context, brokers []string, topic, dbURL string) error {
 	if err != nil {
 		return err
 	}
-	go func() { _ = relay.Run(ctx) }()
 
 	wsub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers: brokers, Unmarshaler: marshaler, ConsumerGroup: "billing",
@@ -95,5 +95,11 @@ func run(ctx context.Context, brokers []string, topic, dbURL string) error {
 	if err != nil {
 		return err
 	}
-	return c.Run(ctx)
+
+	// The relay and the consumer run until ctx ends; if one of them fails,
+	// the other stops too.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return relay.Run(ctx) })
+	g.Go(func() error { return c.Run(ctx) })
+	return g.Wait()
 }
