@@ -25,46 +25,66 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/oncekit/oncekit/examples/sqs/sqsbroker"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/outbox"
 )
 
+// options are what the command line sets.
+type options struct {
+	queueURL string // every outbox subject goes to it
+	subject  string // the outbox subject the consumer reads
+	fifo     bool
+	dbURL    string
+}
+
 func main() {
-	queueURL := flag.String("queue-url", "", "SQS queue URL (every outbox subject goes to it)")
-	subject := flag.String("subject", "payments", "the outbox subject the consumer reads")
-	fifo := flag.Bool("fifo", false, "the queue is a FIFO queue: dedup by event ID, group by key")
-	dbURL := flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL")
+	var o options
+	flag.StringVar(&o.queueURL, "queue-url", "", "SQS queue URL (every outbox subject goes to it)")
+	flag.StringVar(&o.subject, "subject", "payments", "the outbox subject the consumer reads")
+	flag.BoolVar(&o.fifo, "fifo", false, "the queue is a FIFO queue: dedup by event ID, group by key")
+	flag.StringVar(&o.dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL")
 	flag.Parse()
-	if *queueURL == "" {
+	if o.queueURL == "" {
 		fmt.Fprintln(os.Stderr, "sqs: -queue-url is required")
 		flag.Usage()
 		os.Exit(2)
 	}
 	// SIGTERM too: ECS and Kubernetes stop a task with it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *queueURL, *subject, *fifo, *dbURL)
+	err := run(ctx, o)
 	stop()
 	if err != nil && ctx.Err() == nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, queueURL, subject string, fifo bool, dbURL string) error {
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+// run runs the relay and the consumer until ctx ends; if one of them fails,
+// the other stops too.
+func run(ctx context.Context, o options) error {
 	awsCfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return err
 	}
 	client := sqs.NewFromConfig(awsCfg)
+	pool, err := pgxpool.New(ctx, o.dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return runRelay(ctx, pool, client, o) })
+	g.Go(func() error { return runConsumer(ctx, pool, client, o) })
+	return g.Wait()
+}
+
+// runRelay publishes the outbox to the queue.
+func runRelay(ctx context.Context, pool *pgxpool.Pool, client *sqs.Client, o options) error {
 	pub, err := sqsbroker.NewPublisher(client, sqsbroker.PublisherConfig{
-		QueueURL: func(string) string { return queueURL }, FIFO: fifo,
+		QueueURL: func(string) string { return o.queueURL }, FIFO: o.fifo,
 	})
 	if err != nil {
 		return err
@@ -73,9 +93,13 @@ func run(ctx context.Context, queueURL, subject string, fifo bool, dbURL string)
 	if err != nil {
 		return err
 	}
-	go func() { _ = relay.Run(ctx) }()
+	return relay.Run(ctx)
+}
 
-	src, err := sqsbroker.NewSource(client, sqsbroker.SourceConfig{QueueURL: queueURL, Subject: subject, FIFO: fifo})
+// runConsumer processes the events of the subject the queue delivers, each
+// once.
+func runConsumer(ctx context.Context, pool *pgxpool.Pool, client *sqs.Client, o options) error {
+	src, err := sqsbroker.NewSource(client, sqsbroker.SourceConfig{QueueURL: o.queueURL, Subject: o.subject, FIFO: o.fifo})
 	if err != nil {
 		return err
 	}
