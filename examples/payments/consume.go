@@ -16,12 +16,7 @@ import (
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
-func runConsume(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
-	nc, js, err := cfg.connectNATS()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
+func runConsume(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error {
 	consumer, err := newConsumer(ctx, pool, js, cfg, slog.Default())
 	if err != nil {
 		return err

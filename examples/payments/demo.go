@@ -16,8 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
@@ -30,10 +32,9 @@ import (
 // runDemo runs every role in this process against the local PostgreSQL and
 // NATS (an embedded NATS server when none answers), sends a few payments the
 // way an unreliable network delivers them, and tells what each layer did.
-func runDemo(ctx context.Context, cfg *config, _ []string) error {
+func runDemo(ctx context.Context, cfg *config, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	if cfg.Schema == defaultSchema {
 		cfg.Schema = "payments_demo"
 	}
@@ -42,19 +43,15 @@ func runDemo(ctx context.Context, cfg *config, _ []string) error {
 		return err
 	}
 	defer stopNATS()
-	pool, err := cfg.openPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	return onStream(demo)(ctx, cfg, args)
+}
+
+// demo is the demo once connected to the database and the stream.
+func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error {
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	if err := setupTables(ctx, pool, cfg); err != nil {
 		return fmt.Errorf("%w (is PostgreSQL up? DATABASE_URL)", err)
 	}
-	nc, js, err := cfg.connectNATS()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	if err := setupStream(ctx, js, 1); err != nil {
 		return err
 	}
@@ -70,7 +67,7 @@ func runDemo(ctx context.Context, cfg *config, _ []string) error {
 	}
 	apiSrv := httptest.NewServer(api)
 	defer apiSrv.Close()
-	relay, err := newRelay(pool, nc, cfg, quiet)
+	relay, err := newRelay(pool, js, cfg, quiet)
 	if err != nil {
 		return err
 	}

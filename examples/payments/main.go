@@ -32,6 +32,7 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // role is one of the binary's subcommands.
@@ -41,10 +42,10 @@ type role struct {
 }
 
 var roles = map[string]role{
-	"setup":    {"create the tables and the stream", onPool(runSetup)},
+	"setup":    {"create the tables and the stream", onStream(runSetup)},
 	"api":      {"serve POST /payments behind the Idempotency-Key edge", onPool(runAPI)},
-	"relay":    {"publish the outbox to JetStream", onPool(runRelay)},
-	"consume":  {"run the ledger consumer", onPool(runConsume)},
+	"relay":    {"publish the outbox to JetStream", onStream(runRelay)},
+	"consume":  {"run the ledger consumer", onStream(runConsume)},
 	"dispatch": {"fire side effects at the provider", onPool(runDispatch)},
 	"provider": {"serve the fake payment provider", runProvider},
 	"demo":     {"run every role in one process and tell what each layer did", runDemo},
@@ -98,6 +99,20 @@ func onPool(run func(ctx context.Context, cfg *config, pool *pgxpool.Pool) error
 		defer pool.Close()
 		return run(ctx, cfg, pool)
 	}
+}
+
+// onStream adapts a role that works on the stream as well as the database:
+// it also connects to NATS before the role runs, and closes the connection
+// after.
+func onStream(run func(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error) func(context.Context, *config, []string) error {
+	return onPool(func(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
+		nc, js, err := cfg.connectNATS()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		return run(ctx, cfg, pool, js)
+	})
 }
 
 func printUsage(w io.Writer) {

@@ -6,19 +6,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/outbox"
 )
 
-func runRelay(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
-	nc, _, err := cfg.connectNATS()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	relay, err := newRelay(pool, nc, cfg, slog.Default())
+func runRelay(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error {
+	relay, err := newRelay(pool, js, cfg, slog.Default())
 	if err != nil {
 		return err
 	}
@@ -28,8 +23,8 @@ func runRelay(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 // newRelay publishes the outbox with Nats-Msg-Id = event ID. Several relay
 // processes share the partitions through leases; a dead one's partitions
 // move to the others when its lease expires.
-func newRelay(pool *pgxpool.Pool, nc *nats.Conn, cfg *config, log *slog.Logger) (*outbox.Relay, error) {
-	pub, err := natsjs.NewPublisher(nc, nil)
+func newRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*outbox.Relay, error) {
+	pub, err := natsjs.NewPublisher(js.Conn(), nil)
 	if err != nil {
 		return nil, err
 	}

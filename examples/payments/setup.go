@@ -44,15 +44,10 @@ CREATE TABLE IF NOT EXISTS %[1]s.ledger_entries (
 );
 CREATE INDEX IF NOT EXISTS ledger_entries_payment_id ON %[1]s.ledger_entries (payment_id);`
 
-func runSetup(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
+func runSetup(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error {
 	if err := setupTables(ctx, pool, cfg); err != nil {
 		return err
 	}
-	nc, js, err := cfg.connectNATS()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	return setupStream(ctx, js, cfg.Replicas)
 }
 
