@@ -25,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -37,30 +36,31 @@ import (
 
 // role is one of the binary's subcommands.
 type role struct {
+	name    string
 	summary string
 	run     func(ctx context.Context, cfg *config, args []string) error
 }
 
-var roles = map[string]role{
-	"setup":    {"create the tables and the stream", onStream(runSetup)},
-	"api":      {"serve POST /payments behind the Idempotency-Key edge", onPool(runAPI)},
-	"relay":    {"publish the outbox to JetStream", onStream(runRelay)},
-	"consume":  {"run the ledger consumer", onStream(runConsume)},
-	"dispatch": {"fire side effects at the provider", onPool(runDispatch)},
-	"provider": {"serve the fake payment provider", runProvider},
-	"demo":     {"run every role in one process and tell what each layer did", runDemo},
+// roles in the order a payment meets them, which is the order help lists
+// them in.
+var roles = []role{
+	{"setup", "create the tables and the stream", onStream(runSetup)},
+	{"api", "serve POST /payments behind the Idempotency-Key edge", onPool(runAPI)},
+	{"relay", "publish the outbox to JetStream", onStream(runRelay)},
+	{"consume", "run the ledger consumer", onStream(runConsume)},
+	{"dispatch", "fire side effects at the provider", onPool(runDispatch)},
+	{"provider", "serve the fake payment provider", runProvider},
+	{"demo", "run every role in one process and tell what each layer did", runDemo},
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := dispatchRole(ctx, os.Args[1:], os.Stderr); err != nil {
-		var usage usageError
-		if errors.As(err, &usage) {
-			fmt.Fprintln(os.Stderr, "payments:", err)
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		if errors.As(err, new(usageError)) {
 			os.Exit(2)
 		}
-		fmt.Fprintln(os.Stderr, "payments:", err)
 		os.Exit(1)
 	}
 }
@@ -73,8 +73,8 @@ func dispatchRole(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return nil
 	}
-	r, ok := roles[args[0]]
-	if !ok {
+	i := slices.IndexFunc(roles, func(r role) bool { return r.name == args[0] })
+	if i < 0 {
 		printUsage(stderr)
 		return usageError(fmt.Sprintf("unknown role %q", args[0]))
 	}
@@ -85,7 +85,7 @@ func dispatchRole(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError(err.Error())
 	}
-	return r.run(ctx, cfg, rest)
+	return roles[i].run(ctx, cfg, rest)
 }
 
 // onPool adapts a role that works on the service's database: it opens the
@@ -117,8 +117,8 @@ func onStream(run func(ctx context.Context, cfg *config, pool *pgxpool.Pool, js 
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: payments <role> [flags]\n\nroles:")
-	for _, n := range slices.Sorted(maps.Keys(roles)) {
-		fmt.Fprintf(w, "  %-9s %s\n", n, roles[n].summary)
+	for _, r := range roles {
+		fmt.Fprintf(w, "  %-9s %s\n", r.name, r.summary)
 	}
 }
 
