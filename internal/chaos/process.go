@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // process is one OS process started by this package, its output appended to
@@ -45,10 +47,8 @@ func startProcess(path string, args, env []string, logPath string) (*process, er
 
 // signal sends sig unless the process has already exited.
 func (p *process) signal(sig os.Signal) error {
-	select {
-	case <-p.done:
+	if p.exited() {
 		return nil
-	default:
 	}
 	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
@@ -64,14 +64,7 @@ func (p *process) kill() error {
 }
 
 // exited reports whether the process has exited.
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *process) exited() bool { return wait.Closed(p.done) }
 
 // freePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment
 // ago: all n listeners are open at once, so the ports differ.

@@ -36,3 +36,14 @@ func Until(ctx context.Context, interval time.Duration, check func(context.Conte
 		}
 	}
 }
+
+// Closed reports whether ch is closed, without waiting: the check a loop
+// makes between steps on a channel that is closed to say "done" or "stop".
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

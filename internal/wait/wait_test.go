@@ -47,3 +47,11 @@ func TestUntilEndsWithTheContextAndTheLastError(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorContains(t, err, "still down")
 }
+
+func TestClosed(t *testing.T) {
+	t.Parallel()
+	ch := make(chan struct{})
+	assert.False(t, Closed(ch))
+	close(ch)
+	assert.True(t, Closed(ch))
+}
