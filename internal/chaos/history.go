@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -50,11 +51,18 @@ func (h *History) Add(op Op) {
 	h.ops = append(h.ops, op)
 }
 
+// Len returns how many operations are recorded, without copying them.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.ops)
+}
+
 // Ops returns a copy of the record.
 func (h *History) Ops() []Op {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]Op(nil), h.ops...)
+	return slices.Clone(h.ops)
 }
 
 // acked returns a random acknowledged new payment, for a reuse.

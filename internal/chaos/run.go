@@ -223,7 +223,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	proxy.SetCommitDropRate(0)
 	ps := proxy.Stats()
 	res.ConnDrops, res.CommitDrops = int(ps.Drops), int(ps.CommitDrops)
-	logf("load and faults over: %d operations; draining", len(history.Ops()))
+	logf("load and faults over: %d operations; draining", history.Len())
 
 	// Drain: every fault healed, processes restarted without crash points.
 	if err := heal(ctx, cluster, pg); err != nil {
@@ -370,7 +370,7 @@ func progress(ctx context.Context, h *History, sup *Supervisor, logf func(string
 	start := time.Now()
 	for wait.Sleep(ctx, 10*time.Second) {
 		st := sup.Stats()
-		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills", time.Since(start).Seconds(), len(h.Ops()), st.Kills, st.CrashPoints)
+		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills", time.Since(start).Seconds(), h.Len(), st.Kills, st.CrashPoints)
 	}
 }
 
