@@ -1,12 +1,9 @@
 package chaos
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -117,24 +114,4 @@ func (l *Load) execute(ctx context.Context, client *http.Client, rng *rand.Rand,
 	}
 	op.End = time.Now()
 	return op
-}
-
-func post(ctx context.Context, client *http.Client, url, key string, body []byte, timeout time.Duration) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", `"`+key+`"`)
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return 0, errors.Join(fmt.Errorf("body of HTTP %d", resp.StatusCode), err)
-	}
-	return resp.StatusCode, nil
 }

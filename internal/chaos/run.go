@@ -3,12 +3,10 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -420,38 +418,6 @@ func drain(ctx context.Context, pool *pgxpool.Pool, logf func(string, ...any)) (
 			return false, ctx.Err()
 		}
 	}
-}
-
-func waitHTTP(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if !wait.Sleep(ctx, 100*time.Millisecond) {
-			return fmt.Errorf("not ready: %w", errors.Join(ctx.Err(), err))
-		}
-	}
-}
-
-func providerCalls(ctx context.Context, base string) ([]ProviderCall, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/calls", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("provider calls: %w", err)
-	}
-	defer resp.Body.Close()
-	var calls []ProviderCall
-	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
-		return nil, fmt.Errorf("provider calls: %w", err)
-	}
-	return calls, nil
 }
 
 // runDrift runs `oncekit drift` as an operator would, with the service's
