@@ -14,13 +14,6 @@ import (
 	"time"
 )
 
-// ErrNotRunning is returned by Supervisor.Kill when the named process is not
-// running (between a death and its restart, or after Stop).
-var ErrNotRunning = errors.New("chaos: process not running")
-
-// ErrUnknownRole is returned by Supervisor.Kill for a name never started.
-var ErrUnknownRole = errors.New("chaos: no such role")
-
 // Role is one named process a Supervisor runs and restarts.
 type Role struct {
 	Name string   // unique among the supervisor's roles; its log is <Dir>/<Name>.log
@@ -210,6 +203,13 @@ func (s *Supervisor) countDeath(ro *role, p *process) {
 		s.cfg.Logger.Warn("chaos: exited", "role", ro.Name, "code", ws.ExitStatus())
 	}
 }
+
+// ErrNotRunning is returned by Supervisor.Kill when the named process is not
+// running (between a death and its restart, or after Stop).
+var ErrNotRunning = errors.New("chaos: process not running")
+
+// ErrUnknownRole is returned by Supervisor.Kill for a name never started.
+var ErrUnknownRole = errors.New("chaos: no such role")
 
 // Kill sends SIGKILL to the named role's process, waits until it is gone and
 // counts the death as a kill. The supervisor restarts it after Backoff.
