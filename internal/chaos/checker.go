@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/idempotency"
@@ -91,22 +92,24 @@ type payment struct {
 func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, calls []ProviderCall, stream []StreamEvent) (*Verdict, error) {
 	v := &Verdict{Ops: len(ops), ProviderCalls: len(calls)}
 	t := func(name string) string { return `"` + schema + `".` + name }
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
 
 	payments := map[string]payment{}
 	rows, err := pool.Query(ctx, `SELECT id::text, account, seq, amount FROM `+t("payments"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read payments: %w", err)
 	}
-	for rows.Next() {
-		var id string
-		var p payment
-		if err := rows.Scan(&id, &p.account, &p.seq, &p.amount); err != nil {
-			return nil, err
-		}
+	var id string
+	var p payment
+	_, err = pgx.ForEachRow(rows, []any{&id, &p.account, &p.seq, &p.amount}, func() error {
 		payments[id] = p
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read payments: %w", err)
 	}
 	v.Payments = len(payments)
 
@@ -115,7 +118,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, cal
 		return nil, err
 	}
 	checkProvider(v, calls, payments)
-	if err := checkSettled(ctx, v, pool, schema, t); err != nil {
+	if err := checkSettled(ctx, v, pool, ob, t); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -166,20 +169,8 @@ func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
 // transactions began writing); the ordered consumer applied them in stream
 // order (of each event's first copy).
 func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(string) string, payments map[string]payment, stream []StreamEvent) error {
-	outboxPos := map[string]int64{}
-	rows, err := pool.Query(ctx, `SELECT id::text, row_number() OVER (PARTITION BY ordering_key ORDER BY txid, seq) FROM `+t("outbox"))
+	outboxPos, err := outboxOrder(ctx, pool, t)
 	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var id string
-		var pos int64
-		if err := rows.Scan(&id, &pos); err != nil {
-			return err
-		}
-		outboxPos[id] = pos
-	}
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	streamPos := map[string]int64{}
@@ -206,25 +197,22 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 		}
 	}
 
-	rows, err = pool.Query(ctx, `SELECT payment_id::text, account, event_id::text, attempt, applied_by, applied_at FROM `+t("ledger_entries")+` ORDER BY id`)
+	rows, err := pool.Query(ctx, `SELECT payment_id::text, account, event_id::text, attempt, applied_by, applied_at FROM `+t("ledger_entries")+` ORDER BY id`)
 	if err != nil {
-		return err
+		return fmt.Errorf("read ledger: %w", err)
 	}
 	entries := map[string]int{}
 	lastStream := map[string]int64{}
-	for rows.Next() {
-		var id, account, event string
-		var attempt, pid int
-		var at time.Time
-		if err := rows.Scan(&id, &account, &event, &attempt, &pid, &at); err != nil {
-			return err
-		}
+	var id, account, event string
+	var attempt, pid int
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &account, &event, &attempt, &pid, &at}, func() error {
 		v.LedgerEntries++
 		entries[id]++
 		pos, ok := streamPos[event]
 		if !ok {
 			v.fail(InvOrder, "%s: event %s applied but not in the stream", account, event)
-			continue
+			return nil
 		}
 		if pos <= lastStream[account] {
 			v.OrderViolations++
@@ -232,9 +220,10 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 				account, pos, lastStream[account], outboxPos[event], attempt, pid, at.Format("15:04:05.000"))
 		}
 		lastStream[account] = max(lastStream[account], pos)
-	}
-	if err := rows.Err(); err != nil {
-		return err
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read ledger: %w", err)
 	}
 	for id, n := range entries {
 		if _, ok := payments[id]; !ok {
@@ -272,6 +261,26 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 	return nil
 }
 
+// outboxOrder returns the position of every outbox event in its ordering
+// key's outbox order, from 1.
+func outboxOrder(ctx context.Context, pool *pgxpool.Pool, t func(string) string) (map[string]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT id::text, row_number() OVER (PARTITION BY ordering_key ORDER BY txid, seq) FROM `+t("outbox"))
+	if err != nil {
+		return nil, fmt.Errorf("read outbox order: %w", err)
+	}
+	order := map[string]int64{}
+	var id string
+	var pos int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &pos}, func() error {
+		order[id] = pos
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read outbox order: %w", err)
+	}
+	return order, nil
+}
+
 // checkProvider: the provider acted once per (payment, kind), and every call
 // for it carried the same, derived key.
 func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment) {
@@ -306,25 +315,19 @@ func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment
 }
 
 // checkSettled: after the drain nothing is left half-way.
-func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, schema string, t func(string) string) error {
+func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, ob *outbox.Outbox, t func(string) string) error {
 	rows, err := pool.Query(ctx, `SELECT state, count(*) FROM `+t("side_effects")+` WHERE state <> 'confirmed' GROUP BY state`)
 	if err != nil {
-		return err
+		return fmt.Errorf("read side effects by state: %w", err)
 	}
-	for rows.Next() {
-		var state string
-		var n int
-		if err := rows.Scan(&state, &n); err != nil {
-			return err
-		}
+	var state string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
 		v.fail(InvEffectsSettled, "%d effects %s", n, state)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	ob, err := outbox.New(&outbox.Config{Schema: schema})
+		return nil
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("read side effects by state: %w", err)
 	}
 	backlog, err := ob.Backlog(ctx, pool)
 	if err != nil {
@@ -335,7 +338,7 @@ func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, schema st
 		(SELECT count(*) FROM `+t("outbox")+` WHERE parked_at IS NOT NULL),
 		(SELECT count(*) FROM `+t("idempotency_keys")+` WHERE state = 'in_progress'),
 		(SELECT count(*) FROM `+t("dead_letters")+`)`).Scan(&parked, &inProgress, &dead); err != nil {
-		return err
+		return fmt.Errorf("count parked messages, requests in progress and dead letters: %w", err)
 	}
 	if backlog.Pending > 0 || parked > 0 {
 		v.fail(InvOutboxDrained, "%d unpublished, %d parked", backlog.Pending, parked)
