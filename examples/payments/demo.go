@@ -79,16 +79,15 @@ func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.Jet
 	if err != nil {
 		return err
 	}
-	bg, stop := context.WithCancel(ctx)
+	// The daemons run until the demo ends. A daemon that stops with an error
+	// cancels running, which ends the demo's waits with that error rather
+	// than a minute later with a timeout.
+	running, stop := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	for _, daemon := range []func(context.Context) error{relay.Run, consumer.Run, dispatcher.Run} {
-		wg.Go(func() {
-			if err := ignoreCancel(daemon(bg)); err != nil {
-				quiet.Error("daemon stopped", "err", err)
-			}
-		})
+		wg.Go(func() { stop(ignoreCancel(daemon(running))) })
 	}
-	defer func() { stop(); wg.Wait() }()
+	defer func() { stop(nil); wg.Wait() }()
 
 	run := randomHex(3)
 	fmt.Printf("payments demo: schema %s, run %s\n\n1. Edge: POST /payments with an Idempotency-Key, payment and event in one transaction\n", cfg.Schema, run)
@@ -115,7 +114,7 @@ func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.Jet
 		}
 	}
 
-	if err := waitUntil(ctx, func() (bool, error) {
+	if err := waitUntil(running, func() (bool, error) {
 		var confirmed, entries int
 		err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+cfg.table("side_effects")+` WHERE state = 'confirmed' AND source_id = ANY($1)),
 			(SELECT count(*) FROM `+cfg.table("ledger_entries")+` WHERE payment_id::text = ANY($1))`, ids).Scan(&confirmed, &entries)
@@ -137,7 +136,7 @@ func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.Jet
 	if _, err := js.PublishMsg(ctx, copyMsg); err != nil {
 		return err
 	}
-	if err := waitUntil(ctx, func() (bool, error) { return consumer.Stats().Duplicates >= 1, nil }); err != nil {
+	if err := waitUntil(running, func() (bool, error) { return consumer.Stats().Duplicates >= 1, nil }); err != nil {
 		return fmt.Errorf("waiting for the copy: %w", err)
 	}
 
@@ -281,7 +280,7 @@ func waitUntil(ctx context.Context, cond func() (bool, error)) error {
 		}
 		select {
 		case <-ctx.Done():
-			return errors.Join(ctx.Err(), last)
+			return errors.Join(context.Cause(ctx), last)
 		case <-t.C:
 		}
 	}
