@@ -64,6 +64,7 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 
 	// 2. A JetStream stream for the events (its dedup window absorbs republished IDs).
+	// The quickstart has its own: examples/payments uses PAYMENTS (payments.>) on the same server.
 	nc, err := nats.Connect(getenv("NATS_URL", nats.DefaultURL))
 	if err != nil {
 		return fmt.Errorf("connect to NATS: %w", err)
@@ -73,7 +74,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: "PAYMENTS", Subjects: []string{"payments.>"}}); err != nil {
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: "QUICKSTART", Subjects: []string{"quickstart.>"}}); err != nil {
 		return err
 	}
 
@@ -98,7 +99,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "PAYMENTS", Durable: "receipts"})
+	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "QUICKSTART", Durable: "receipts"})
 	if err != nil {
 		return err
 	}
@@ -154,7 +155,7 @@ func run(ctx context.Context, out io.Writer) error {
 			return
 		}
 		if _, err := ob.Enqueue(r.Context(), tx, broker.Message{
-			ID: oncekit.DeriveID(id.String(), "PaymentCreated"), Subject: "payments.created",
+			ID: oncekit.DeriveID(id.String(), "PaymentCreated"), Subject: "quickstart.payments.created",
 			Key: id.String(), Payload: fmt.Appendf(nil, `{"payment":%q,"amount":100}`, id),
 		}); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
