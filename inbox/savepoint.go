@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 const (
@@ -96,15 +98,11 @@ func (s *savepointTx) undo(ctx context.Context) bool {
 	return s.Tx.Conn().PgConn().TxStatus() != txStatusFailed
 }
 
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
 type errBatch struct{ err error }
 
 func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
 func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
+func (b errBatch) QueryRow() pgx.Row                { return pgsql.ErrRow{Err: b.err} }
 func (b errBatch) Close() error                     { return b.err }
 func (b errBatch) Tx() pgx.Tx                       { return nil }
 
@@ -115,25 +113,20 @@ type guardedTx struct {
 	before func(ctx context.Context) error
 }
 
+// hooked is Tx with before ahead of its statements. Tx changes (queueTx.on),
+// so it is made for each statement.
+func (g *guardedTx) hooked() pgsql.Hooked { return pgsql.Hooked{Q: g.Tx, Before: g.before} }
+
 func (g *guardedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := g.before(ctx); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return g.Tx.Exec(ctx, sql, args...)
+	return g.hooked().Exec(ctx, sql, args...)
 }
 
 func (g *guardedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := g.before(ctx); err != nil {
-		return nil, err
-	}
-	return g.Tx.Query(ctx, sql, args...)
+	return g.hooked().Query(ctx, sql, args...)
 }
 
 func (g *guardedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := g.before(ctx); err != nil {
-		return errRow{err}
-	}
-	return g.Tx.QueryRow(ctx, sql, args...)
+	return g.hooked().QueryRow(ctx, sql, args...)
 }
 
 func (g *guardedTx) Begin(ctx context.Context) (pgx.Tx, error) {

@@ -6,9 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/wait"
 )
@@ -56,11 +53,12 @@ func Spaced(q oncekit.Querier, every time.Duration) oncekit.Querier {
 	if every <= 0 {
 		return q
 	}
-	return &spaced{q: q, every: every}
+	s := &spacer{every: every}
+	return Hooked{Q: q, Before: s.turn}
 }
 
-type spaced struct {
-	q     oncekit.Querier
+// spacer hands out the turns of Spaced's statements.
+type spacer struct {
 	every time.Duration
 
 	mu   sync.Mutex
@@ -68,7 +66,7 @@ type spaced struct {
 }
 
 // turn waits for the next statement's turn.
-func (s *spaced) turn(ctx context.Context) error {
+func (s *spacer) turn(ctx context.Context) error {
 	s.mu.Lock()
 	now := time.Now()
 	at := s.next
@@ -82,29 +80,3 @@ func (s *spaced) turn(ctx context.Context) error {
 	}
 	return ctx.Err()
 }
-
-func (s *spaced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := s.turn(ctx); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return s.q.Exec(ctx, sql, args...)
-}
-
-func (s *spaced) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := s.turn(ctx); err != nil {
-		return nil, err
-	}
-	return s.q.Query(ctx, sql, args...)
-}
-
-func (s *spaced) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := s.turn(ctx); err != nil {
-		return errRow{err}
-	}
-	return s.q.QueryRow(ctx, sql, args...)
-}
-
-// errRow is a pgx.Row whose Scan returns err.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
