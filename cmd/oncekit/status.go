@@ -36,23 +36,34 @@ type statusReport struct {
 }
 
 type statusOutbox struct {
-	Backlog          int64             `json:"backlog"`
-	OldestAgeSeconds float64           `json:"oldest_age_seconds"`
-	Parked           int64             `json:"parked"`
-	Ranges           []statusRange     `json:"partition_ranges"`
-	Nodes            []statusNode      `json:"relay_nodes"`
-	ParkedKeys       []statusParkedKey `json:"parked_keys"`
+	statusBacklog
+	Parked     int64             `json:"parked"`
+	Ranges     []statusRange     `json:"partition_ranges"`
+	Nodes      []statusNode      `json:"relay_nodes"`
+	ParkedKeys []statusParkedKey `json:"parked_keys"`
+}
+
+// statusBacklog is the unpublished rows of the outbox or of some of its
+// partitions: how many, and the age of the oldest.
+type statusBacklog struct {
+	Backlog          int64   `json:"backlog"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+// add counts b's rows in s.
+func (s *statusBacklog) add(b statusBacklog) {
+	s.Backlog += b.Backlog
+	s.OldestAgeSeconds = max(s.OldestAgeSeconds, b.OldestAgeSeconds)
 }
 
 // statusRange is a run of consecutive partitions with the same owner and
 // lease state.
 type statusRange struct {
-	First            int     `json:"first"`
-	Last             int     `json:"last"`
-	Owner            string  `json:"owner"`
-	LeaseSeconds     float64 `json:"lease_seconds"` // left (>0) or since expiry (<0)
-	Backlog          int64   `json:"backlog"`
-	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	First        int     `json:"first"`
+	Last         int     `json:"last"`
+	Owner        string  `json:"owner"`
+	LeaseSeconds float64 `json:"lease_seconds"` // left (>0) or since expiry (<0)
+	statusBacklog
 }
 
 type statusNode struct {
@@ -158,11 +169,11 @@ func readStatus(ctx context.Context, tx pgx.Tx, schema string, overdue, recent t
 	if err != nil {
 		return rep, err
 	}
-	byPart := map[int]outbox.PartitionBacklog{}
+	byPart := map[int]statusBacklog{}
 	for _, b := range backlog {
-		byPart[b.Partition] = b
-		rep.Outbox.Backlog += b.Pending
-		rep.Outbox.OldestAgeSeconds = max(rep.Outbox.OldestAgeSeconds, b.OldestAge.Seconds())
+		pb := statusBacklog{Backlog: b.Pending, OldestAgeSeconds: b.OldestAge.Seconds()}
+		byPart[b.Partition] = pb
+		rep.Outbox.add(pb)
 	}
 	// relay_partitions has one row per partition: small.
 	rows, err := tx.Query(ctx, q(`SELECT partition, coalesce(owner, ''),
@@ -179,8 +190,7 @@ func readStatus(ctx context.Context, tx pgx.Tx, schema string, overdue, recent t
 		if s.Owner == "" {
 			s.LeaseSeconds = 0
 		}
-		b := byPart[s.First]
-		s.Backlog, s.OldestAgeSeconds = b.Pending, b.OldestAge.Seconds()
+		s.statusBacklog = byPart[s.First]
 		return s, err
 	})
 	if err != nil {
@@ -243,8 +253,7 @@ func groupRanges(parts []statusRange) []statusRange {
 			r := &out[n-1]
 			r.Last = p.First
 			r.LeaseSeconds = min(r.LeaseSeconds, p.LeaseSeconds)
-			r.Backlog += p.Backlog
-			r.OldestAgeSeconds = max(r.OldestAgeSeconds, p.OldestAgeSeconds)
+			r.add(p.statusBacklog)
 			continue
 		}
 		out = append(out, p)
