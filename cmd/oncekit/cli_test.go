@@ -139,6 +139,11 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{[]string{"outbox", "list", "--limit", "-3"}, "--limit"},
 		{[]string{"relay", "--lease-ttl", "-1s"}, "--lease-ttl"},
 		{[]string{"dispatch", "--endpoint", "k=http://x", "--secret", "nope!"}, "Config.Secret"},
+		// An unknown subcommand is named before anything else is checked.
+		{[]string{"migrate", "bogus", "x"}, `unknown subcommand "bogus": want up, status or sql`},
+		{[]string{"outbox", "bogus", "--limit", "0"}, `unknown subcommand "bogus": want list, parked or unpark`},
+		{[]string{"dlq", "bogus", "x1"}, `unknown subcommand "bogus": want list, show, replay or prune`},
+		{[]string{"effects", "bogus"}, `unknown subcommand "bogus": want list, retry, resolve or prune`},
 	} {
 		code, _, stderr := cli(t, secretVars, tc.args...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
@@ -146,6 +151,13 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		require.NotContains(t, stderr, "outbox.State", "%v", tc.args)
 		require.Equal(t, 1, strings.Count(stderr, "webhook:")+boolInt(!strings.Contains(stderr, "webhook:")), "%v: %s", tc.args, stderr)
 	}
+}
+
+func TestMigrateSQLNeedsNoDatabase(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := cli(t, map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x"}, "migrate", "sql", "--schema", "elsewhere")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `CREATE TABLE "elsewhere".outbox (`)
 }
 
 func boolInt(b bool) int {

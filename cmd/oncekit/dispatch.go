@@ -17,10 +17,6 @@ import (
 	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
 
-func init() {
-	register(&command{name: "dispatch", summary: "run the side-effect dispatcher for kinds mapped to webhook endpoints", run: runDispatch})
-}
-
 // dispatchFile is the JSON configuration of `oncekit dispatch --config`.
 type dispatchFile struct {
 	Endpoints map[string]endpointFile `json:"endpoints"`

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,12 +12,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/oncekit/oncekit/inbox"
 )
-
-func init() {
-	register(&command{name: "dlq", summary: "list, show, replay or prune the inbox's dead letters (list | show | replay | prune)", run: runDLQ})
-}
 
 const dlqUsage = `dlq <subcommand> [flags] [ID...]
 
@@ -31,12 +30,11 @@ subcommands:
 
 flags go before the IDs`
 
-func runDLQ(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "dlq", dlqUsage)
-	var db dbFlags
+// dlqSubcommands are list, show, replay and prune. The IDs of dead letters
+// go after the flags.
+func dlqSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 	var nf natsFlags
 	var rf replayFlags
-	db.register(fs, e)
 	nf.register(fs, e)
 	rf.register(fs, e, &nf)
 	consumer := fs.String("consumer", "", "only this consumer's dead letters")
@@ -47,106 +45,105 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	olderThan := fs.Duration("older-than", 0, "prune: only rows older than this")
 	replayed := fs.Bool("replayed", false, "prune: only rows already replayed")
 	asJSON := fs.Bool("json", false, "list, show: JSON (list: an array)")
-	sub, err := parseSubcommand(fs, args, "list, show, replay or prune")
-	if err != nil {
-		return err
-	}
-	if sub == "purge" {
-		sub = "prune" // its former name
-	}
-	ids, err := parseIDs(fs.Args())
-	if err != nil {
-		return err
-	}
-	if err := nonNegative(fs, "older-than"); err != nil {
-		return err
-	}
-	if *limit <= 0 {
-		return usagef("--limit: %d must be positive", *limit)
-	}
-	store, err := inbox.NewStore(db.schema())
-	if err != nil {
-		return usagef("--schema: %v", err)
-	}
-	switch sub {
-	case "list", "show", "replay", "prune":
-	default:
-		return usagef("unknown subcommand %q: want list, show, replay or prune", sub)
-	}
-	if (sub == "show" || sub == "replay") && len(ids) == 0 {
-		return usagef("dlq %s: at least one dead letter ID is required", sub)
-	}
-	if sub == "replay" {
-		if err := rf.validate(); err != nil {
-			return err
-		}
-	}
-	if sub == "prune" && *id == 0 && *olderThan == 0 && !*replayed && !*all {
-		return usagef("dlq prune: say what to delete: --id, --older-than, --replayed or --all")
-	}
-	pool, err := db.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	switch sub {
-	case "list":
-		dls, err := store.ListDeadLetters(ctx, pool, inbox.DeadLetterFilter{Consumer: *consumer, IncludeReplayed: *all, Limit: *limit})
-		if err != nil {
-			return err
-		}
-		return writeList(e.stdout, *asJSON, dls, deadLettersJSON, "ID\tCONSUMER\tMESSAGE ID\tSUBJECT\tATTEMPTS\tCREATED\tREPLAYED\tREASON", func(dl inbox.DeadLetter) string {
-			rep := "-"
-			if dl.ReplayedAt != nil {
-				rep = timestamp(*dl.ReplayedAt)
-			}
-			return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
-				dl.Attempts, timestamp(dl.CreatedAt), rep, oneLine(dl.Reason, 80))
-		})
-	case "show":
-		var shown []inbox.DeadLetter
-		for _, n := range ids {
-			dl, err := store.GetDeadLetter(ctx, pool, n)
-			if err != nil {
-				return fmt.Errorf("dead letter %d: %w", n, err)
-			}
-			shown = append(shown, dl)
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, deadLettersJSON(shown))
-		}
-		for _, dl := range shown {
-			printDeadLetter(e, dl)
+	// check sets these.
+	var ids []int64
+	var store *inbox.Store
+	needIDs := func(sub string) error {
+		if len(ids) == 0 {
+			return usagef("dlq %s: at least one dead letter ID is required", sub)
 		}
 		return nil
-	case "replay":
-		pub, closePub, err := rf.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer closePub()
-		var failed error
-		for _, n := range ids {
-			dl, err := store.Replay(ctx, pool, pub, n, inbox.ReplayOptions{AssignID: *assignID})
-			if err != nil {
-				failed = errors.Join(failed, fmt.Errorf("dead letter %d: %w", n, err))
-				continue
+	}
+	return &subcommands{
+		aliases: map[string]string{"purge": "prune"},
+		check: func(args []string) error {
+			var err error
+			if ids, err = parseIDs(args); err != nil {
+				return err
 			}
-			fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s on %s\n", dl.ID, orDash(dl.MessageID), dl.Subject, brokerName(rf.broker))
-		}
-		return failed
-	default: // prune
-		var before time.Time
-		if *olderThan > 0 {
-			before = time.Now().Add(-*olderThan)
-		}
-		n, err := store.PruneDeadLetters(ctx, pool, inbox.PruneFilter{Consumer: *consumer, ID: *id, Before: before, ReplayedOnly: *replayed})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "deleted %d dead letters\n", n)
-		return nil
+			if err := nonNegative(fs, "older-than"); err != nil {
+				return err
+			}
+			if *limit <= 0 {
+				return usagef("--limit: %d must be positive", *limit)
+			}
+			if store, err = inbox.NewStore(db.schema()); err != nil {
+				return usagef("--schema: %v", err)
+			}
+			return nil
+		},
+		list: []subcommand{
+			{name: "list", run: func(ctx context.Context, pool *pgxpool.Pool) error {
+				dls, err := store.ListDeadLetters(ctx, pool, inbox.DeadLetterFilter{Consumer: *consumer, IncludeReplayed: *all, Limit: *limit})
+				if err != nil {
+					return err
+				}
+				return writeList(e.stdout, *asJSON, dls, deadLettersJSON, "ID\tCONSUMER\tMESSAGE ID\tSUBJECT\tATTEMPTS\tCREATED\tREPLAYED\tREASON", func(dl inbox.DeadLetter) string {
+					rep := "-"
+					if dl.ReplayedAt != nil {
+						rep = timestamp(*dl.ReplayedAt)
+					}
+					return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
+						dl.Attempts, timestamp(dl.CreatedAt), rep, oneLine(dl.Reason, 80))
+				})
+			}},
+			{name: "show", check: func([]string) error { return needIDs("show") }, run: func(ctx context.Context, pool *pgxpool.Pool) error {
+				var shown []inbox.DeadLetter
+				for _, n := range ids {
+					dl, err := store.GetDeadLetter(ctx, pool, n)
+					if err != nil {
+						return fmt.Errorf("dead letter %d: %w", n, err)
+					}
+					shown = append(shown, dl)
+				}
+				if *asJSON {
+					return writeJSON(e.stdout, deadLettersJSON(shown))
+				}
+				for _, dl := range shown {
+					printDeadLetter(e, dl)
+				}
+				return nil
+			}},
+			{name: "replay", check: func([]string) error {
+				if err := needIDs("replay"); err != nil {
+					return err
+				}
+				return rf.validate()
+			}, run: func(ctx context.Context, pool *pgxpool.Pool) error {
+				pub, closePub, err := rf.open(ctx)
+				if err != nil {
+					return err
+				}
+				defer closePub()
+				var failed error
+				for _, n := range ids {
+					dl, err := store.Replay(ctx, pool, pub, n, inbox.ReplayOptions{AssignID: *assignID})
+					if err != nil {
+						failed = errors.Join(failed, fmt.Errorf("dead letter %d: %w", n, err))
+						continue
+					}
+					fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s on %s\n", dl.ID, orDash(dl.MessageID), dl.Subject, brokerName(rf.broker))
+				}
+				return failed
+			}},
+			{name: "prune", check: func([]string) error {
+				if *id == 0 && *olderThan == 0 && !*replayed && !*all {
+					return usagef("dlq prune: say what to delete: --id, --older-than, --replayed or --all")
+				}
+				return nil
+			}, run: func(ctx context.Context, pool *pgxpool.Pool) error {
+				var before time.Time
+				if *olderThan > 0 {
+					before = time.Now().Add(-*olderThan)
+				}
+				n, err := store.PruneDeadLetters(ctx, pool, inbox.PruneFilter{Consumer: *consumer, ID: *id, Before: before, ReplayedOnly: *replayed})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "deleted %d dead letters\n", n)
+				return nil
+			}},
+		},
 	}
 }
 

@@ -14,10 +14,6 @@ import (
 	"github.com/oncekit/oncekit/drift"
 )
 
-func init() {
-	register(&command{name: "drift", summary: "check that the chain held: lag, stuck, failed and unknown effects, dead letters, rules", run: runDrift})
-}
-
 // Exit codes of `oncekit drift`: 0 clean, 1 drift, 2 usage, 3 could not run.
 // Drift found wins over a check that could not run.
 const (

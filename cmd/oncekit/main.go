@@ -13,30 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
 )
-
-// command is one `oncekit` subcommand. Each lives in its own file and
-// registers itself in an init function.
-type command struct {
-	name    string
-	summary string
-	// run executes the command; args excludes the command name.
-	run func(ctx context.Context, e *env, args []string) error
-}
-
-var commands = map[string]*command{}
-
-func register(c *command) {
-	if _, dup := commands[c.name]; dup {
-		panic("oncekit: command registered twice: " + c.name)
-	}
-	commands[c.name] = c
-}
 
 // env is what a command may touch of the outside world.
 type env struct {
@@ -92,17 +72,4 @@ func run(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "oncekit %s: %s\n", c.name, redact(err.Error()))
 		return 1
 	}
-}
-
-func printHelp(w io.Writer) {
-	fmt.Fprintln(w, "usage: oncekit <command> [flags]\n\ncommands:")
-	for _, n := range slices.Sorted(maps.Keys(commands)) {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun `oncekit <command> -h` for a command's flags. Common environment:\n"+
-		"  DATABASE_URL    PostgreSQL connection string\n"+
-		"  NATS_URL        NATS server URL\n"+
-		"  AMQP_URL        RabbitMQ URL (dlq replay --broker rabbitmq)\n"+
-		"  REDIS_URL       Redis URL (dlq replay --broker redis)\n"+
-		"  ONCEKIT_SCHEMA  schema of oncekit's tables (default oncekit)")
 }

@@ -2,93 +2,87 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/outbox"
 )
 
-func init() {
-	register(&command{name: "outbox", summary: "inspect the outbox and unpark messages (list | parked | unpark)", run: runOutbox})
-}
-
-func runOutbox(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "outbox", "outbox list|parked|unpark [flags] [ID...]")
-	var db dbFlags
-	db.register(fs, e)
+// outboxSubcommands are list and parked, which list the outbox's rows, and
+// unpark, which gives parked messages back to the relay.
+func outboxSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 	state := fs.String("state", "", "list: only rows in this state: pending, parked or published")
 	limit := fs.Int("limit", 100, "most rows to list")
 	all := fs.Bool("all", false, "unpark: every parked message")
 	asJSON := fs.Bool("json", false, "list, parked: a JSON array")
-	sub, err := parseSubcommand(fs, args, "list, parked or unpark")
-	if err != nil {
-		return err
-	}
-	switch sub {
-	case "list", "parked", "unpark":
-	default:
-		return usagef("unknown subcommand %q: want list, parked or unpark", sub)
-	}
-	switch outbox.State(*state) {
-	case "", outbox.StatePending, outbox.StateParked, outbox.StatePublished:
-	default:
-		return usagef("--state %q: want pending, parked or published", *state)
-	}
-	if *limit <= 0 {
-		return usagef("--limit: %d must be positive", *limit)
-	}
-	var ids []uuid.UUID
-	if sub == "unpark" {
-		if *all == (fs.NArg() > 0) {
-			return usagef("unpark: give message IDs or --all")
-		}
-		for _, a := range fs.Args() {
-			id, err := uuid.Parse(a)
-			if err != nil {
-				return usagef("unpark: %q is not a message ID: %v", a, err)
-			}
-			ids = append(ids, id)
-		}
-	} else if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
-	}
-	ob, err := outbox.New(&outbox.Config{Schema: db.schema()})
-	if err != nil {
-		return usagef("%v", err)
-	}
-	pool, err := db.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	if sub == "unpark" {
-		var n int64
-		if *all {
-			n, err = ob.UnparkAll(ctx, pool)
-		} else {
-			n, err = ob.Unpark(ctx, pool, ids...)
-		}
+	// The checks set these.
+	var ob *outbox.Outbox
+	var ids []uuid.UUID // unpark's
+	list := func(ctx context.Context, pool *pgxpool.Pool, state outbox.State) error {
+		entries, err := ob.List(ctx, pool, outbox.ListOptions{State: state, Limit: *limit})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "unparked %d message(s)\n", n)
-		return nil
+		return writeList(e.stdout, *asJSON, entries, outboxEntriesJSON,
+			"SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR", func(en outbox.Entry) string {
+				return fmt.Sprintf("%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", en.Seq, en.ID, en.State(), en.Partition,
+					en.Key, en.Subject, size(en.PayloadSize), en.Attempts, timestamp(en.CreatedAt), oneLine(en.LastError, 60))
+			})
 	}
-	opts := outbox.ListOptions{State: outbox.State(*state), Limit: *limit}
-	if sub == "parked" {
-		opts.State = outbox.StateParked
+	return &subcommands{
+		check: func([]string) error {
+			switch outbox.State(*state) {
+			case "", outbox.StatePending, outbox.StateParked, outbox.StatePublished:
+			default:
+				return usagef("--state %q: want pending, parked or published", *state)
+			}
+			if *limit <= 0 {
+				return usagef("--limit: %d must be positive", *limit)
+			}
+			var err error
+			if ob, err = outbox.New(&outbox.Config{Schema: db.schema()}); err != nil {
+				return usagef("%v", err)
+			}
+			return nil
+		},
+		list: []subcommand{
+			{name: "list", check: noArguments, run: func(ctx context.Context, pool *pgxpool.Pool) error {
+				return list(ctx, pool, outbox.State(*state))
+			}},
+			{name: "parked", check: noArguments, run: func(ctx context.Context, pool *pgxpool.Pool) error {
+				return list(ctx, pool, outbox.StateParked)
+			}},
+			{name: "unpark", check: func(args []string) error {
+				if *all == (len(args) > 0) {
+					return usagef("unpark: give message IDs or --all")
+				}
+				for _, a := range args {
+					id, err := uuid.Parse(a)
+					if err != nil {
+						return usagef("unpark: %q is not a message ID: %v", a, err)
+					}
+					ids = append(ids, id)
+				}
+				return nil
+			}, run: func(ctx context.Context, pool *pgxpool.Pool) error {
+				var n int64
+				var err error
+				if *all {
+					n, err = ob.UnparkAll(ctx, pool)
+				} else {
+					n, err = ob.Unpark(ctx, pool, ids...)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "unparked %d message(s)\n", n)
+				return nil
+			}},
+		},
 	}
-	entries, err := ob.List(ctx, pool, opts)
-	if err != nil {
-		return err
-	}
-	return writeList(e.stdout, *asJSON, entries, outboxEntriesJSON,
-		"SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR", func(en outbox.Entry) string {
-			return fmt.Sprintf("%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", en.Seq, en.ID, en.State(), en.Partition,
-				en.Key, en.Subject, size(en.PayloadSize), en.Attempts, timestamp(en.CreatedAt), oneLine(en.LastError, 60))
-		})
 }
 
 func size(n *int) string {

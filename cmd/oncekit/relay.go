@@ -16,10 +16,6 @@ import (
 	"github.com/oncekit/oncekit/outbox"
 )
 
-func init() {
-	register(&command{name: "relay", summary: "run the outbox relay daemon (outbox → JetStream)", run: runRelay})
-}
-
 // relayFlags names the flags of the RelayConfig fields.
 var relayFlags = configFlags{"Partitions": "--partitions", "BatchSize": "--batch", "LeaseTTL": "--lease-ttl",
 	"PollInterval": "--poll-interval", "BusyPollInterval": "--busy-poll-interval", "PublishTimeout": "--publish-timeout",

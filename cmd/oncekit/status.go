@@ -15,10 +15,6 @@ import (
 	"github.com/oncekit/oncekit/outbox"
 )
 
-func init() {
-	register(&command{name: "status", summary: "one screen: outbox backlog and owners, consumers, dead letters, effects, edge records", run: runStatus})
-}
-
 const statusUsage = `status [--json] [--metrics URL ...]
 
 Reads every figure in one read-only transaction, each through an index or
