@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // Prune runs one retention pass: it deletes expired completed records (past
@@ -42,9 +43,7 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 // Run calls Prune every Config.RetentionInterval until ctx ends, and then
 // returns nil. Errors are logged and retried at the next tick.
 func (e *Edge) Run(ctx context.Context) error {
-	t := time.NewTicker(e.cfg.RetentionInterval)
-	defer t.Stop()
-	for {
+	wait.Every(ctx, e.cfg.RetentionInterval, func(ctx context.Context) {
 		n, err := e.Prune(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -52,10 +51,6 @@ func (e *Edge) Run(ctx context.Context) error {
 		case n > 0:
 			e.log.Debug("idempotency: prune", "deleted", n)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }

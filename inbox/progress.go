@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // progressEvery is how often the messages in hand are signalled in
@@ -64,28 +66,21 @@ func (h *inHand) snapshot() (items []*item, oldest time.Time) {
 }
 
 // keepInProgress signals every message in hand in progress, every
-// progressEvery, until ctx ends. A signal that races the message's ack is
+// progressEvery, until ctx ends, and sets the in-hand gauges. A signal that races the message's ack is
 // refused by the client or ignored by the broker; one that races a nak, or
 // the release of a message whose commit outcome is unknown, can only move
 // that message's redelivery to one AckWait later.
 func (c *Consumer) keepInProgress(ctx context.Context) {
-	tick := time.NewTicker(c.progressEvery())
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			items, oldest := c.inHand.snapshot()
-			for _, it := range items {
-				_ = it.d.InProgress(ctx) // a lost signal only means a redelivery, which the claim absorbs
-			}
-			c.m.inHand.Set(float64(len(items)))
-			if oldest.IsZero() {
-				c.m.oldestInHand.Set(0)
-			} else {
-				c.m.oldestInHand.Set(time.Since(oldest).Seconds())
-			}
+	wait.Every(ctx, c.progressEvery(), func(ctx context.Context) {
+		items, oldest := c.inHand.snapshot()
+		for _, it := range items {
+			_ = it.d.InProgress(ctx) // a lost signal only means a redelivery, which the claim absorbs
 		}
-	}
+		c.m.inHand.Set(float64(len(items)))
+		if oldest.IsZero() {
+			c.m.oldestInHand.Set(0)
+		} else {
+			c.m.oldestInHand.Set(time.Since(oldest).Seconds())
+		}
+	})
 }

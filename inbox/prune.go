@@ -5,27 +5,21 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // retain prunes the consumer's claims older than Retention and its dead
 // letters replayed more than DeadLetterRetention ago, in bounded batches,
 // every RetentionInterval until ctx ends.
 func (c *Consumer) retain(ctx context.Context) {
-	t := time.NewTicker(c.cfg.RetentionInterval)
-	defer t.Stop()
-	for {
+	wait.Every(ctx, c.cfg.RetentionInterval, func(ctx context.Context) {
 		if _, err := c.Prune(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("inbox retention failed", "err", err)
 		}
 		if _, err := c.PruneDeadLetters(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("dead letter retention failed", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // Prune runs one retention pass: it deletes the consumer's claims older

@@ -44,13 +44,7 @@ func (r *Relay) probeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case <-r.probeCh:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+		case <-r.probeCh: // woken early; the Reset below drops the pending tick
 		}
 		if r.since()-lastAll >= r.cfg.PollInterval {
 			lastAll = r.since()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // worker publishes one partition while its relay holds the lease.
@@ -49,14 +50,7 @@ func (w *worker) poke() {
 
 func (w *worker) signalStop() { w.stopOnce.Do(func() { close(w.stop) }) }
 
-func (w *worker) stopping() bool {
-	select {
-	case <-w.stop:
-		return true
-	default:
-		return false
-	}
-}
+func (w *worker) stopping() bool { return wait.Closed(w.stop) }
 
 // Errors that end a batch early.
 var (
@@ -105,14 +99,14 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 				w.signalStop()
 				return
 			}
-			wait := bo.NextBackOff()
+			pause := bo.NextBackOff()
 			if errors.Is(err, errBrokerDown) {
 				r.m.failures.WithLabelValues("broker").Inc()
-				r.log.Warn("broker unreachable; backing off", "partition", w.part, "wait", wait, "err", err)
+				r.log.Warn("broker unreachable; backing off", "partition", w.part, "wait", pause, "err", err)
 			} else {
-				r.log.Warn("batch failed; backing off", "partition", w.part, "wait", wait, "err", err)
+				r.log.Warn("batch failed; backing off", "partition", w.part, "wait", pause, "err", err)
 			}
-			t := time.NewTimer(wait)
+			t := time.NewTimer(pause)
 			select {
 			case <-w.stop:
 				t.Stop()

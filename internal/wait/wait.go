@@ -47,3 +47,20 @@ func Closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// Every calls step at once and then every interval until ctx ends: the
+// loop of a background job (a retention pass, a refresh of gauges). A step
+// that overruns the interval is followed by the next at once, not by a
+// burst of the ticks missed.
+func Every(ctx context.Context, interval time.Duration, step func(context.Context)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		step(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

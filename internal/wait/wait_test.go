@@ -55,3 +55,26 @@ func TestClosed(t *testing.T) {
 	close(ch)
 	assert.True(t, Closed(ch))
 }
+
+func TestEveryStepsAtOnceThenEachIntervalUntilTheContextEnds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	steps := make(chan time.Time, 16)
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Every(ctx, 20*time.Millisecond, func(context.Context) { steps <- time.Now() })
+	}()
+	first := <-steps
+	if d := first.Sub(start); d >= 20*time.Millisecond {
+		t.Fatalf("first step after %v, want at once", d)
+	}
+	third := <-steps
+	third = <-steps
+	if d := third.Sub(first); d < 35*time.Millisecond {
+		t.Fatalf("third step %v after the first, want two intervals", d)
+	}
+	cancel()
+	<-done // Every returned
+}
