@@ -1,9 +1,9 @@
 package idempotency
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/internal/promshare"
 )
 
 // Outcomes counted in oncekit_idempotency_requests_total.
@@ -57,18 +57,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		cleanedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cleanup_deleted_total", Help: "Expired completed records deleted by Prune."}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.requests, m.stored, m.released, m.fenced, m.conflictAge,
-		m.inProgress, m.oldestAge, m.cleanedTotal} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, errors.New("idempotency: Config.Registerer: metrics already registered (one Edge per registerer)")
-			}
-			return nil, err
-		}
+	if err := promshare.RegisterAlone(reg, "idempotency: Config.Registerer", "Edge",
+		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,27 +1,27 @@
 package outbox
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/internal/promshare"
 )
 
 // metrics are the relay's Prometheus series (namespace oncekit, subsystem
 // outbox). With a nil registerer they are created but never exported.
 type metrics struct {
-	reg       prometheus.Registerer
-	published prometheus.Counter
-	failures  *prometheus.CounterVec
-	batch     prometheus.Histogram
-	lag       prometheus.Histogram
-	oldest    prometheus.Gauge
-	parked    prometheus.Gauge
-	owned     prometheus.Gauge
+	reg            prometheus.Registerer
+	published      prometheus.Counter
+	failures       *prometheus.CounterVec
+	batch, lag     prometheus.Histogram // per batch, per message
+	oldest, parked prometheus.Gauge     // at the last stats refresh
+	owned          prometheus.Gauge     // as leases are taken and lost
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	const ns, sub = "oncekit", "outbox"
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
+	}
 	m := &metrics{
 		reg: reg,
 		published: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -33,26 +33,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "batch_size", Help: "Rows read per batch.", Buckets: prometheus.ExponentialBuckets(1, 4, 8)}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "lag_seconds", Help: "Time from enqueue to broker acknowledgement.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
-		oldest: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "oldest_unpublished_age_seconds", Help: "Age of the oldest unpublished, unparked message."}),
-		parked: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "parked", Help: "Messages parked after too many failed attempts."}),
-		owned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "partitions_owned", Help: "Partitions this relay holds a lease on."}),
+		oldest: gauge("oldest_unpublished_age_seconds", "Age of the oldest unpublished, unparked message."),
+		parked: gauge("parked", "Messages parked after too many failed attempts."),
+		owned:  gauge("partitions_owned", "Partitions this relay holds a lease on."),
 	}
 	m.failures.WithLabelValues("message")
 	m.failures.WithLabelValues("broker")
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.published, m.failures, m.batch, m.lag, m.oldest, m.parked, m.owned} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, fmt.Errorf("outbox: RelayConfig.Registerer: metrics already registered (one relay per registerer): %w", err)
-			}
-			return nil, fmt.Errorf("outbox: RelayConfig.Registerer: %w", err)
-		}
+	if err := promshare.RegisterAlone(reg, "outbox: RelayConfig.Registerer", "relay",
+		m.published, m.failures, m.batch, m.lag, m.oldest, m.parked, m.owned); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
