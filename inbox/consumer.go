@@ -48,12 +48,8 @@ func NewConsumer(db oncekit.DB, src Source, h Handler, cfg *Config) (*Consumer, 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	store, err := NewStore(c.Schema)
-	if err != nil {
-		return nil, err
-	}
 	cons := &Consumer{
-		db: db, src: src, h: h, cfg: c, store: store,
+		db: db, src: src, h: h, cfg: c, store: renderStore(c.Schema),
 		m:      newMetrics(c.Registerer, c.Name),
 		log:    c.Logger.With("consumer", c.Name),
 		inHand: newInHand(),
@@ -63,7 +59,7 @@ func NewConsumer(db oncekit.DB, src Source, h Handler, cfg *Config) (*Consumer, 
 		if !ok {
 			return nil, fmt.Errorf("%w: %T", ErrOrderUnsupported, src)
 		}
-		cons.gate = newOrderGate(osrc, db, store, c.Name, cons.log)
+		cons.gate = newOrderGate(osrc, db, cons.store, c.Name, cons.log)
 	}
 	return cons, nil
 }

@@ -31,7 +31,13 @@ func NewStore(schema string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := func(q string) string { return pgsql.Render(q, s) }
+	return renderStore(s), nil
+}
+
+// renderStore renders the inbox's SQL for schema, a name ValidateSchema
+// accepted.
+func renderStore(schema string) *Store {
+	r := func(q string) string { return pgsql.Render(q, schema) }
 	return &Store{
 		claim: r(`INSERT INTO {schema}.processed_messages (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`),
 		claimBatch: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
@@ -85,7 +91,7 @@ func NewStore(schema string) (*Store, error) {
 				WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND consumer = $1 AND processed_at < $2
 				RETURNING 1)
 			SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM gone), (SELECT max(ctid) FROM batch)`),
-	}, nil
+	}
 }
 
 // Claim records that consumer processed message id, in tx. It reports false

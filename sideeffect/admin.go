@@ -15,11 +15,6 @@ import (
 // ErrNotFound is returned when no effect has the given ID.
 var ErrNotFound = errors.New("sideeffect: effect not found")
 
-// ErrWrongState is returned (wrapped, naming the current state) when an
-// operator action does not apply to the effect's state: Retry needs failed
-// or unknown, Resolve needs unknown.
-var ErrWrongState = errors.New("sideeffect: effect is in the wrong state")
-
 // Filter selects effects for List.
 type Filter struct {
 	// State, when set, selects only effects in that state.
@@ -77,6 +72,11 @@ func scanRow(row pgx.CollectableRow) (Row, error) {
 	r.State = State(state)
 	return r, err
 }
+
+// ErrWrongState is returned (wrapped, naming the current state) when an
+// operator action does not apply to the effect's state: Retry needs failed
+// or unknown, Resolve needs unknown.
+var ErrWrongState = errors.New("sideeffect: effect is in the wrong state")
 
 // Decision is an operator's decision, recorded on the effect.
 type Decision struct {

@@ -87,6 +87,10 @@ type Config struct {
 	Propagator trace.Propagator
 }
 
+// ErrInvalidConfig is wrapped by the error New and NewDispatcher return for a
+// bad Config or DispatcherConfig; the error's text names the field.
+var ErrInvalidConfig = errors.New("sideeffect: invalid config")
+
 // Ledger records effects and holds the operator's actions on them. It is safe
 // for concurrent use.
 type Ledger struct {
@@ -94,10 +98,6 @@ type Ledger struct {
 	sql    statements
 	prop   trace.Propagator
 }
-
-// ErrInvalidConfig is wrapped by the error New and NewDispatcher return for a
-// bad Config or DispatcherConfig; the error's text names the field.
-var ErrInvalidConfig = errors.New("sideeffect: invalid config")
 
 // New returns a Ledger for the configured schema. A nil config is the zero
 // Config.
