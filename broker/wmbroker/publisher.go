@@ -65,13 +65,13 @@ func NewPublisher(pub message.Publisher, cfg *PublisherConfig) (*Publisher, erro
 		return nil, fmt.Errorf("%w: publisher is required", ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	if c.Topic == nil {
-		c.Topic = func(m broker.Message) string { return m.Subject }
-	}
 	if err := cfgerr.For(ErrInvalidConfig, "wmbroker: PublisherConfig").IfNegative(c, "Parallel"); err != nil {
 		return nil, err
 	}
 	c.Parallel = cmp.Or(c.Parallel, 16)
+	if c.Topic == nil {
+		c.Topic = func(m broker.Message) string { return m.Subject }
+	}
 	if c.Connected == nil {
 		c.Connected = func() bool { return true }
 	}
