@@ -48,6 +48,16 @@ type Delivery interface {
 	InProgress(ctx context.Context) error
 }
 
+// Terminator is a Delivery the broker can be told never to deliver again,
+// whatever its redelivery settings (JetStream's Term). The inbox terminates
+// a message it cannot settle otherwise: PostgreSQL refused even a minimal
+// dead letter for it. A Delivery without Term is acked instead.
+type Terminator interface {
+	// Term settles the delivery for good; reason says why, where the
+	// broker records one (JetStream's advisory of a terminated message).
+	Term(ctx context.Context, reason string) error
+}
+
 // Source delivers messages at least once: typically a durable consumer of a
 // broker (broker/natsjs.Source, broker/wmbroker.Source).
 //

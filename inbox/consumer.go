@@ -29,6 +29,7 @@ type Consumer struct {
 	log   *slog.Logger
 
 	retried, dead, heldBack atomic.Int64
+	terminated              atomic.Int64
 	running                 atomic.Bool
 	ackWait                 atomic.Int64 // the source's, learnt at start: how often to signal progress
 	maxDeliver              atomic.Int64 // the source's, learnt at start (0: unlimited)
@@ -70,6 +71,7 @@ type Stats struct {
 	Duplicates   int64 // acknowledged as duplicates of an existing claim
 	Retried      int64 // handler failures scheduled for another attempt
 	DeadLettered int64 // written to dead_letters
+	Terminated   int64 // given up on without a dead letter (PostgreSQL refused even a minimal one): terminated at the broker
 	HeldBack     int64 // ordered: times a delivery was held back behind an earlier message of its key
 }
 
@@ -80,6 +82,7 @@ func (c *Consumer) Stats() Stats {
 		Duplicates:   c.m.nDuplicates.Load(),
 		Retried:      c.retried.Load(),
 		DeadLettered: c.dead.Load(),
+		Terminated:   c.terminated.Load(),
 		HeldBack:     c.heldBack.Load(),
 	}
 }

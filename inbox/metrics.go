@@ -11,6 +11,7 @@ import (
 // metrics are the consumer's Prometheus series, labelled by consumer only.
 type metrics struct {
 	processed, duplicates, retried prometheus.Counter
+	terminated                     prometheus.Counter
 	deadLettered                   *prometheus.CounterVec // label reason: permanent, max_attempts, no_id, invalid_id
 	handlerSeconds                 prometheus.Observer
 	batchSize                      prometheus.Observer
@@ -52,9 +53,11 @@ func newMetrics(reg prometheus.Registerer, consumer string) *metrics {
 		return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts(opts(name, help)), []string{"consumer"})).WithLabelValues(consumer)
 	}
 	return &metrics{
-		processed:      counter("processed_total", "Messages whose handler committed."),
-		duplicates:     counter("duplicates_total", "Messages acknowledged as duplicates of an existing claim."),
-		retried:        counter("retried_total", "Handler failures scheduled for redelivery."),
+		processed:  counter("processed_total", "Messages whose handler committed."),
+		duplicates: counter("duplicates_total", "Messages acknowledged as duplicates of an existing claim."),
+		retried:    counter("retried_total", "Handler failures scheduled for redelivery."),
+		terminated: counter("terminated_total",
+			"Messages given up on without a dead letter, because PostgreSQL refused even a minimal one: terminated at the broker and logged at error level."),
 		deadLettered:   dead.MustCurryWith(prometheus.Labels{"consumer": consumer}),
 		handlerSeconds: hist("handler_seconds", "Time spent in the handler per message.", prometheus.ExponentialBuckets(0.0001, 4, 10)),
 		batchSize:      hist("batch_size", "Messages per processing transaction.", prometheus.ExponentialBuckets(1, 2, 11)),

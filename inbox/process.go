@@ -27,6 +27,7 @@ const (
 	outRetry
 	outSkip    // ordered: waits behind a failed message of its key
 	outUnknown // commit outcome unknown: left for redelivery
+	outDropped // dead, but PostgreSQL refused even a minimal dead letter: terminated at the broker
 )
 
 type outcome struct {

@@ -3,6 +3,9 @@ package inbox
 import (
 	"context"
 	"log/slog"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
 // settle acks, naks or returns each message according to its outcome.
@@ -30,6 +33,10 @@ func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*
 			c.m.deadLettered.WithLabelValues(o.kindOf).Inc()
 			c.logger(it).Warn("inbox message dead-lettered", "reason", o.reason)
 			c.ack(ctx, it)
+		case outDropped:
+			c.terminated.Add(1)
+			c.m.terminated.Inc()
+			c.term(ctx, it, o.reason)
 		case outRetry:
 			c.retried.Add(1)
 			c.m.retried.Inc()
@@ -77,6 +84,19 @@ func settled(items []*item, out []outcome, ordered bool) []*item {
 		}
 	}
 	return done
+}
+
+// term settles it for good: terminated where the broker can (its
+// advisory records reason), acked elsewhere.
+func (c *Consumer) term(ctx context.Context, it *item, reason string) {
+	t, ok := it.d.(broker.Terminator)
+	if !ok {
+		c.ack(ctx, it)
+		return
+	}
+	if err := t.Term(ctx, untrusted.Text(reason, 256)); err != nil {
+		c.logger(it).Warn("inbox term failed; the broker redelivers the message", "err", err)
+	}
 }
 
 func (c *Consumer) ack(ctx context.Context, it *item) {

@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -47,17 +46,18 @@ func renderStore(schema string) *Store {
 		claimNewAll: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
 			SELECT $1, id FROM unnest($2::uuid[]) AS t(id)`),
 		unclaim: r(`DELETE FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])`),
-		insertDead: r(`INSERT INTO {schema}.dead_letters (consumer, message_id, subject, payload, headers, reason, attempts)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
+		insertDead: r(`INSERT INTO {schema}.dead_letters (consumer, message_id, subject, payload, headers, reason, attempts,
+				raw_message_id, raw_subject, raw_headers)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			ON CONFLICT (consumer, message_id) WHERE replayed_at IS NULL AND message_id <> '' DO NOTHING`),
-		listDead: r(`SELECT id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at
+		listDead: r(`SELECT id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at, raw_message_id, raw_subject, raw_headers
 			FROM {schema}.dead_letters
 			WHERE ($1 = '' OR consumer = $1) AND ($2 OR replayed_at IS NULL)
 			ORDER BY id LIMIT $3`),
-		getDead: r(`SELECT id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at
+		getDead: r(`SELECT id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at, raw_message_id, raw_subject, raw_headers
 			FROM {schema}.dead_letters WHERE id = $1`),
 		markReplayed: r(`UPDATE {schema}.dead_letters SET replayed_at = now() WHERE id = $1 AND replayed_at IS NULL
-			RETURNING id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at`),
+			RETURNING id, consumer, message_id, subject, payload, headers, reason, attempts, created_at, replayed_at, raw_message_id, raw_subject, raw_headers`),
 		pruneDead: r(`DELETE FROM {schema}.dead_letters WHERE id = ANY(ARRAY(
 			SELECT id FROM {schema}.dead_letters
 			WHERE ($1 = '' OR consumer = $1) AND ($2::bigint = 0 OR id = $2) AND created_at < $3 AND (NOT $4 OR replayed_at IS NOT NULL)
@@ -191,50 +191,30 @@ func (s *Store) unclaimAll(ctx context.Context, tx oncekit.Querier, consumer str
 // ids claimed (in their text form) and the raws dead-lettered and not
 // replayed since.
 func (s *Store) settledOf(ctx context.Context, q oncekit.Querier, consumer string, ids []uuid.UUID, raws []string) (map[string]bool, error) {
-	rows, err := q.Query(ctx, s.settled, consumer, uuidArgs(ids), raws)
+	// Dead letters hold each raw ID as its storable key.
+	keys := make([]string, len(raws))
+	byKey := make(map[string]string, len(raws))
+	for i, raw := range raws {
+		keys[i] = deadKey(raw)
+		byKey[keys[i]] = raw
+	}
+	rows, err := q.Query(ctx, s.settled, consumer, uuidArgs(ids), keys)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: read claims: %w", err)
 	}
 	done := map[string]bool{}
 	var id string
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { done[id] = true; return nil })
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		if raw, ok := byKey[id]; ok {
+			id = raw
+		}
+		done[id] = true
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: read claims: %w", err)
 	}
 	return done, nil
-}
-
-// DeadLetter is a row of dead_letters: a message a consumer gave up on.
-type DeadLetter struct {
-	ID         int64               // the row's identity, as `oncekit dlq` shows it
-	Consumer   string              // the consumer (Config.Name) that gave up
-	MessageID  string              // as delivered; "" when the message had none
-	Subject    string              // where the message was published
-	Payload    []byte              // the message body
-	Headers    map[string][]string // every header of the delivery
-	Reason     string              // why: the handler's error, or a Reason* constant
-	Attempts   int                 // delivery attempts made
-	CreatedAt  time.Time           // when it was dead-lettered
-	ReplayedAt *time.Time          // set once replayed
-}
-
-// InsertDeadLetter writes dl (ID, CreatedAt and ReplayedAt are ignored). It
-// reports false when a dead letter for the same consumer and message is
-// already pending replay (a poison message redelivered because its ack was
-// lost), so a message is never dead-lettered twice.
-func (s *Store) InsertDeadLetter(ctx context.Context, q oncekit.Querier, dl DeadLetter) (bool, error) {
-	headers, err := json.Marshal(dl.Headers)
-	if err != nil {
-		return false, fmt.Errorf("inbox: dead letter headers: %w", err)
-	}
-	if dl.Payload == nil {
-		dl.Payload = []byte{}
-	}
-	tag, err := q.Exec(ctx, s.insertDead, dl.Consumer, dl.MessageID, dl.Subject, dl.Payload, headers, dl.Reason, dl.Attempts)
-	if err != nil {
-		return false, fmt.Errorf("inbox: insert dead letter: %w", err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // DeadLetterFilter selects dead letters. The zero value selects every
@@ -251,22 +231,6 @@ type DeadLetterFilter struct {
 // ErrDeadLetterNotFound is returned for a dead letter ID that does not exist
 // (or, for a replay, was already replayed).
 var ErrDeadLetterNotFound = errors.New("inbox: dead letter not found")
-
-func scanDead(row pgx.Row) (DeadLetter, error) {
-	var dl DeadLetter
-	var headers []byte
-	err := row.Scan(&dl.ID, &dl.Consumer, &dl.MessageID, &dl.Subject, &dl.Payload, &headers, &dl.Reason, &dl.Attempts, &dl.CreatedAt, &dl.ReplayedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return dl, ErrDeadLetterNotFound
-	}
-	if err != nil {
-		return dl, fmt.Errorf("inbox: read dead letter: %w", err)
-	}
-	if err := json.Unmarshal(headers, &dl.Headers); err != nil {
-		return dl, fmt.Errorf("inbox: dead letter %d headers: %w", dl.ID, err)
-	}
-	return dl, nil
-}
 
 // ListDeadLetters returns the dead letters f selects, oldest first.
 func (s *Store) ListDeadLetters(ctx context.Context, q oncekit.Querier, f DeadLetterFilter) ([]DeadLetter, error) {

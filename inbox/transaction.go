@@ -34,7 +34,13 @@ type txRun struct {
 	seen    map[uuid.UUID]bool
 	blocked map[string]bool // ordered: keys held back by an earlier failure
 	release []uuid.UUID     // claims to give back (held back, or failed under a savepoint)
-	dead    []DeadLetter
+	dead    []pendingDead
+}
+
+// pendingDead is a dead letter to write before the commit, for message i.
+type pendingDead struct {
+	i  int
+	dl DeadLetter
 }
 
 // beginTx begins the transaction of items and claims their pending messages.
@@ -78,7 +84,7 @@ func (c *Consumer) admit(r *txRun, i int) bool {
 	switch o := r.out[i]; o.kind {
 	case outPending:
 	case outDead: // failed in the run before this one
-		r.dead = append(r.dead, c.deadLetter(it, o.reason))
+		r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, o.reason)})
 		return false
 	case outRetry: // failed in the run before this one
 		if it.msg.Key != "" {
@@ -90,7 +96,7 @@ func (c *Consumer) admit(r *txRun, i int) bool {
 	}
 	if it.reason != "" {
 		r.out[i] = outcome{kind: outDead, reason: it.reason, kindOf: deadKind(it.reason)}
-		r.dead = append(r.dead, c.deadLetter(it, it.reason))
+		r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, it.reason)})
 		return false
 	}
 	id := it.msg.ID
@@ -130,8 +136,12 @@ func (c *Consumer) runOne(ctx context.Context, items []*item, out []outcome, blo
 			out[0] = c.failure(r.tx, it, herr)
 			r.rollback(ctx)
 			if out[0].kind == outDead {
-				if _, derr := c.store.InsertDeadLetter(ctx, c.db, c.deadLetter(it, out[0].reason)); derr != nil {
+				recorded, derr := c.recordDead(ctx, c.db, it, c.deadLetter(it, out[0].reason))
+				switch {
+				case derr != nil:
 					out[0] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
+				case !recorded:
+					out[0].kind = outDropped
 				}
 			}
 			return nil
@@ -219,7 +229,7 @@ func (c *Consumer) runSavepoints(ctx context.Context, items []*item, out []outco
 			r.release = append(r.release, it.msg.ID)
 		}
 		if out[i].kind == outDead {
-			r.dead = append(r.dead, c.deadLetter(it, out[i].reason))
+			r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, out[i].reason)})
 		} else if it.msg.Key != "" {
 			r.blocked[it.msg.Key] = true
 		}
@@ -237,9 +247,13 @@ func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
 			return err
 		}
 	}
-	for _, dl := range r.dead {
-		if _, err := c.store.InsertDeadLetter(ctx, r.tx, dl); err != nil {
+	for _, pd := range r.dead {
+		recorded, err := c.recordDead(ctx, r.tx, r.items[pd.i], pd.dl)
+		if err != nil {
 			return err
+		}
+		if !recorded {
+			r.out[pd.i].kind = outDropped
 		}
 	}
 	crashpoint.Hit(CrashBeforeCommit)

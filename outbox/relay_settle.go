@@ -6,7 +6,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/untrusted"
 )
+
+// maxErrBytes caps the broker error text outbox.last_error keeps.
+const maxErrBytes = 2000
 
 // settle records a batch in one fenced statement. Its cursor moves past
 // every main row read; rows it passes without an acknowledgement are held:
@@ -36,7 +41,7 @@ func (r *Relay) settle(ctx context.Context, w *worker, b *batch) (nfailed int, e
 				firstErr = b.errs[i]
 			}
 			seqs = append(seqs, row.seq)
-			errs = append(errs, b.errs[i].Error())
+			errs = append(errs, untrusted.Text(b.errs[i].Error(), maxErrBytes)) // a broker's text is untrusted
 			delays = append(delays, r.retryDelay(row.attempts).Seconds())
 		case notSent:
 			if !row.retry {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
 // outcome is the new state of a fired row, committed in batches.
@@ -23,11 +25,24 @@ type outcome struct {
 	delay time.Duration
 }
 
+// Caps on what an effect's text columns hold of a provider's answer.
+const (
+	maxErrBytes = 2000
+	maxRefBytes = 512
+)
+
+// errText is err's text as last_error holds it: valid UTF-8 without NUL,
+// cut on a character boundary within maxErrBytes. A provider's error (an
+// error page, a broker's reason) is untrusted.
 func errText(err error) *string {
-	s := err.Error()
-	if len(s) > 2000 {
-		s = s[:2000]
-	}
+	s := untrusted.Text(err.Error(), maxErrBytes)
+	return &s
+}
+
+// refText is a provider's reference as provider_ref holds it: made
+// storable, within maxRefBytes.
+func refText(ref string) *string {
+	s := untrusted.Text(ref, maxRefBytes)
 	return &s
 }
 
@@ -57,12 +72,12 @@ func (d *Dispatcher) do(cctx context.Context, j job) outcome {
 	switch {
 	case err == nil:
 		j.caps.m.callsOK.Inc()
-		o.state, o.ref = string(StateConfirmed), &ref
+		o.state, o.ref = string(StateConfirmed), refText(ref)
 		return o
 	case errors.Is(err, ErrDuplicate):
 		d.m.duplicates.WithLabelValues(c.Kind).Inc()
 		d.m.calls.WithLabelValues(c.Kind, "duplicate").Inc()
-		o.state, o.ref = string(StateConfirmed), &ref
+		o.state, o.ref = string(StateConfirmed), refText(ref)
 		return o
 	case IsDefinite(err):
 		d.m.calls.WithLabelValues(c.Kind, "definite").Inc()
@@ -98,7 +113,7 @@ func (d *Dispatcher) reconcile(ctx context.Context, j job, o outcome) outcome {
 		o.state, o.err, o.delay = string(StateFired), errText(fmt.Errorf("lookup: %w", err)), d.retryDelay(o.attempt, err)
 	case found:
 		d.m.calls.WithLabelValues(o.kind, "lookup_found").Inc()
-		o.state, o.ref = string(StateConfirmed), &ref
+		o.state, o.ref = string(StateConfirmed), refText(ref)
 	default:
 		// The provider did not act: firing again with the same key is safe.
 		d.m.calls.WithLabelValues(o.kind, "lookup_missing").Inc()

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // syncLoop runs the dispatcher's rounds. A round is one statement and one
@@ -130,16 +131,6 @@ type applied struct {
 func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs chan<- job, buf *roundBuf) (got int, err error) {
 	defer func() { d.inflight.Add(int64(got - n)) }()
 	k := len(batch)
-	ids := make([]int64, k)
-	attempts := make([]int32, k)
-	states := make([]string, k)
-	refs := make([]*string, k)
-	errs := make([]*string, k)
-	delays := make([]float64, k)
-	for i, o := range batch {
-		ids[i], attempts[i], states[i], refs[i], errs[i], delays[i] =
-			o.id, int32(o.attempt), o.state, o.ref, o.err, o.delay.Seconds()
-	}
 	if k > 0 {
 		crashpoint.Hit("sideeffect.before-complete")
 	}
@@ -155,7 +146,7 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 		clear(claimed)
 		buf.claimed, buf.done = claimed[:0], done[:0]
 	}()
-	err = d.exec(qctx, d.sql.sync, []any{d.cfg.ID, d.cfg.Lease, d.kinds, n, ids, attempts, states, refs, errs, delays},
+	err = d.exec(qctx, d.sql.sync, d.syncArgs(batch, n),
 		func(rows pgx.Rows) error {
 			// One set of scan targets for the whole round: declared per row,
 			// they and the argument slice escaped to the heap for every row.
@@ -178,6 +169,13 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 			}
 			return rows.Err()
 		})
+	if err != nil && k > 0 && pgsql.Refused(err) {
+		// One outcome PostgreSQL refuses must not lose the others: each is
+		// committed on its own. The claim is made again next round.
+		d.log.Warn("outcomes refused by PostgreSQL; committing them one by one", "n", k, "err", err)
+		d.settleAlone(qctx, batch)
+		return 0, nil
+	}
 	if err != nil {
 		if k > 0 {
 			d.log.Error("commit outcomes failed; leases will expire and recovery retries with the same keys", "n", k, "err", err)
@@ -189,6 +187,83 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 	}
 	d.count(done, k)
 	return handOut(claimed, true, jobs), nil
+}
+
+// syncArgs are the sync statement's arguments: the outcomes of batch to
+// commit and a claim of up to n rows.
+func (d *Dispatcher) syncArgs(batch []outcome, n int) []any {
+	k := len(batch)
+	ids := make([]int64, k)
+	attempts := make([]int32, k)
+	states := make([]string, k)
+	refs := make([]*string, k)
+	errs := make([]*string, k)
+	delays := make([]float64, k)
+	for i, o := range batch {
+		ids[i], attempts[i], states[i], refs[i], errs[i], delays[i] =
+			o.id, int32(o.attempt), o.state, o.ref, o.err, o.delay.Seconds()
+	}
+	return []any{d.cfg.ID, d.cfg.Lease, d.kinds, n, ids, attempts, states, refs, errs, delays}
+}
+
+// settleAlone commits each outcome of a round that PostgreSQL refused in a
+// statement of its own, so that an outcome it refuses fails alone. Such an
+// outcome is committed again without the provider's text (its state kept,
+// its reference dropped, last_error saying why) and, if that is refused
+// too, as unknown: an operator decides, and the effect is never fired
+// again on its own. An outcome that fails otherwise (a lost connection) is
+// left to its lease's expiry, as after any failed round.
+func (d *Dispatcher) settleAlone(ctx context.Context, batch []outcome) {
+	var done []applied
+	for _, o := range batch {
+		for _, try := range []outcome{o, withoutText(o, false), withoutText(o, true)} {
+			a, err := d.commitAlone(ctx, try)
+			if err == nil {
+				done = append(done, a...)
+				break
+			}
+			if !pgsql.Refused(err) {
+				d.log.Error("commit outcome failed; its lease will expire and recovery takes over", "id", o.id, "kind", o.kind, "err", err)
+				break
+			}
+			d.log.Warn("outcome refused by PostgreSQL", "id", o.id, "kind", o.kind, "state", try.state, "err", err)
+		}
+	}
+	d.count(done, len(batch))
+}
+
+// withoutText is o without the provider's reference and error text, and
+// unknown if asked: what is left to commit of an outcome PostgreSQL
+// refused.
+func withoutText(o outcome, unknown bool) outcome {
+	msg := "the outcome's provider reference or error text was refused by PostgreSQL; check the provider"
+	if unknown {
+		o.state, o.delay = string(StateUnknown), 0
+		msg = "the outcome could not be recorded (refused by PostgreSQL); the provider may have acted"
+	}
+	o.ref, o.err = nil, &msg
+	return o
+}
+
+// commitAlone commits one outcome with no claim.
+func (d *Dispatcher) commitAlone(ctx context.Context, o outcome) ([]applied, error) {
+	var done []applied
+	err := d.exec(ctx, d.sql.sync, d.syncArgs([]outcome{o}, 0), func(rows pgx.Rows) error {
+		var a applied
+		var isClaim bool
+		var id int64
+		var source, key string
+		var payload, trace []byte
+		var at time.Time
+		for rows.Next() {
+			if err := rows.Scan(&isClaim, &id, &source, &a.kind, &payload, &key, &a.attempt, &at, &trace, &a.state, &a.firedFor); err != nil {
+				return err
+			}
+			done = append(done, a)
+		}
+		return rows.Err()
+	})
+	return done, err
 }
 
 // count updates the metrics for committed outcomes; k is how many were sent.

@@ -210,13 +210,22 @@ func (in *Inbox) deadLetter(ctx context.Context, log *slog.Logger, msg *message.
 	if id == "" {
 		id = msg.Metadata.Get(broker.HeaderEventID)
 	}
-	_, err := in.store.InsertDeadLetter(ctx, in.db, inbox.DeadLetter{
+	rec, refusal, err := in.store.RecordDeadLetter(ctx, in.db, inbox.DeadLetter{
 		Consumer: in.cfg.Name, MessageID: id, Subject: message.SubscribeTopicFromCtx(ctx),
 		Payload: msg.Payload, Headers: headers, Reason: reason, Attempts: 1,
 	})
 	if err != nil {
 		in.fail()
 		return err
+	}
+	switch rec {
+	case inbox.RecordedMinimal:
+		log.Warn("inbox dead letter refused by PostgreSQL; recorded a minimal one", "err", refusal)
+	case inbox.RecordedNothing:
+		// Nothing can be recorded: the message is acked, and this line is
+		// its record.
+		log.Error("inbox dead letter refused by PostgreSQL, minimal one too; dropping the message", "err", refusal, "reason", reason)
+		return nil
 	}
 	in.m.DeadLettered(kind)
 	in.deadLettered.Add(1)

@@ -79,7 +79,10 @@ type Source struct {
 	scan scanner // ordered mode's reader of the stream (Scan)
 }
 
-var _ broker.Source = (*Source)(nil)
+var (
+	_ broker.Source     = (*Source)(nil)
+	_ broker.Terminator = delivery{}
+)
 
 // ErrInvalidSource is returned (wrapped) for a SourceConfig missing a
 // required field or with a negative AckWait, MaxAckPending or Prefetch.
@@ -250,6 +253,10 @@ func (d delivery) Ack(context.Context) error    { return d.m.Ack() }
 func (d delivery) InProgress(context.Context) error {
 	return d.m.InProgress()
 }
+
+// Term terminates the message at the server; the reason is in the server's
+// advisory ($JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED).
+func (d delivery) Term(_ context.Context, reason string) error { return d.m.TermWithReason(reason) }
 
 func (d delivery) Nak(_ context.Context, delay time.Duration) error {
 	if delay <= 0 {

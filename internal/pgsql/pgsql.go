@@ -51,6 +51,23 @@ func IsUniqueViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
+// Refused reports whether err is PostgreSQL refusing a statement for the
+// data it carries, which sending it again cannot cure: a data exception
+// (SQLSTATE class 22: invalid UTF-8, a NUL in text or jsonb, a value out of
+// range), a program limit (class 54: an index row too large), or a NOT NULL
+// or CHECK violation. A connection failure, a shutdown or a conflict is not.
+func Refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(pgErr.Code, "22"), strings.HasPrefix(pgErr.Code, "54"):
+		return true
+	}
+	return pgErr.Code == "23502" || pgErr.Code == "23514"
+}
+
 // noJIT turns JIT compilation off for the rest of the implicit transaction
 // it runs in (or the explicit one, until it ends).
 const noJIT = `SELECT set_config('jit', 'off', true)`

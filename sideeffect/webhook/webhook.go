@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/cfgerr"
+	"github.com/oncekit/oncekit/internal/untrusted"
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
@@ -314,12 +315,10 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return max(t.Sub(now), 0), true
 }
 
+// snippet is the start of an error body, for StatusError: made valid UTF-8
+// and cut on a character boundary (a provider's error page is untrusted).
 func snippet(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
+	return untrusted.Text(strings.TrimSpace(string(b)), 200)
 }
 
 // IsTimeout reports whether err is a request timeout (an indefinite error).
