@@ -1,6 +1,8 @@
 package idempotency
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -36,10 +38,19 @@ func CanonicalJSON(data []byte) ([]byte, error) {
 // 9007199254740993, or 0.10000000000000000001), which RFC 8785 would equate
 // with its neighbour: where the canonical form decides that two requests are
 // the same, two different numbers must never canonicalize alike.
+//
+// It works in time and memory linear in the input, whatever its shape: one
+// pass parses the text into a flat tree whose scalars (and member names)
+// are already written in canonical form, each once, into one buffer; each
+// object's members are sorted by their names; a second pass writes the
+// tree out, copying each scalar once. Writing each object's canonical
+// members into a buffer of its own and copying it into its parent's would
+// copy a value once per level it is nested in: a 1 MiB string under 511
+// objects cost half a gigabyte of copying.
 func canonicalize(data []byte, exact bool) ([]byte, error) {
-	p := &jcsParser{in: data, exact: exact}
+	p := &jcsParser{in: data, exact: exact, buf: make([]byte, 0, len(data))}
 	p.skipSpace()
-	out, err := p.value(make([]byte, 0, len(data)), 0)
+	root, err := p.value(0)
 	if err != nil {
 		return nil, err
 	}
@@ -47,14 +58,36 @@ func canonicalize(data []byte, exact bool) ([]byte, error) {
 	if p.pos != len(p.in) {
 		return nil, p.errorf("trailing data")
 	}
-	return out, nil
+	return p.write(make([]byte, 0, len(p.buf)+2*len(p.nodes)), root), nil
 }
 
 type jcsParser struct {
 	in    []byte
 	pos   int
 	exact bool // refuse numbers a double does not hold exactly
+
+	buf   []byte    // the canonical bytes of every scalar and member name, in input order
+	nodes []jcsNode // every value and member parsed
+	open  []int32   // the children of the containers being parsed, innermost last
+	kids  []int32   // the children of each parsed container, a range per container
 }
+
+// jcsNode is a value or an object member of the parse tree.
+type jcsNode struct {
+	kind byte // jcsScalar, jcsObject, jcsArray or jcsMember
+	// from, to: a scalar's canonical bytes, or a member's name, in buf; a
+	// container's children in kids.
+	from, to int
+	value    int32  // a member's value
+	name     string // a member's name, decoded: the sort key
+}
+
+const (
+	jcsScalar byte = iota
+	jcsObject
+	jcsArray
+	jcsMember
+)
 
 func (p *jcsParser) errorf(format string, args ...any) error {
 	return fmt.Errorf("%w: offset %d: %s", ErrNotCanonicalizable, p.pos, fmt.Sprintf(format, args...))
@@ -71,120 +104,189 @@ func (p *jcsParser) skipSpace() {
 	}
 }
 
-func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
+// add appends n to the tree and returns its index.
+func (p *jcsParser) add(n jcsNode) int32 {
+	p.nodes = append(p.nodes, n)
+	return int32(len(p.nodes) - 1)
+}
+
+// scalar adds the scalar whose canonical bytes buf holds from from on.
+func (p *jcsParser) scalar(from int) int32 {
+	return p.add(jcsNode{kind: jcsScalar, from: from, to: len(p.buf)})
+}
+
+func (p *jcsParser) value(depth int) (int32, error) {
 	if depth > maxDepth {
-		return nil, p.errorf("nested deeper than %d", maxDepth)
+		return 0, p.errorf("nested deeper than %d", maxDepth)
 	}
 	if p.pos >= len(p.in) {
-		return nil, p.errorf("unexpected end of input")
+		return 0, p.errorf("unexpected end of input")
 	}
+	from := len(p.buf)
 	switch c := p.in[p.pos]; {
 	case c == '{':
-		return p.object(out, depth)
+		return p.object(depth)
 	case c == '[':
-		return p.array(out, depth)
+		return p.array(depth)
 	case c == '"':
 		s, err := p.str()
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		return appendJCSString(out, s), nil
+		p.buf = appendJCSString(p.buf, s)
+		return p.scalar(from), nil
 	case c == '-' || (c >= '0' && c <= '9'):
-		return p.number(out)
+		if err := p.number(); err != nil {
+			return 0, err
+		}
+		return p.scalar(from), nil
 	default:
 		for _, lit := range []string{"true", "false", "null"} {
-			if strings.HasPrefix(string(p.in[p.pos:min(len(p.in), p.pos+len(lit))]), lit) {
+			if bytes.HasPrefix(p.in[p.pos:], []byte(lit)) {
 				p.pos += len(lit)
-				return append(out, lit...), nil
+				p.buf = append(p.buf, lit...)
+				return p.scalar(from), nil
 			}
 		}
-		return nil, p.errorf("unexpected character %q", c)
+		return 0, p.errorf("unexpected character %q", c)
 	}
 }
 
-type member struct {
-	name  string
-	units []uint16
-	value []byte
+// closeContainer adds a container of kind whose children are open[mark:],
+// and drops them from open.
+func (p *jcsParser) closeContainer(kind byte, mark int) int32 {
+	from := len(p.kids)
+	p.kids = append(p.kids, p.open[mark:]...)
+	p.open = p.open[:mark]
+	return p.add(jcsNode{kind: kind, from: from, to: len(p.kids)})
 }
 
-func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
+func (p *jcsParser) object(depth int) (int32, error) {
 	p.pos++ // {
-	var members []member
+	mark := len(p.open)
 	p.skipSpace()
 	if p.pos < len(p.in) && p.in[p.pos] == '}' {
 		p.pos++
-		return append(out, "{}"...), nil
+		return p.closeContainer(jcsObject, mark), nil
 	}
 	for {
 		p.skipSpace()
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
-			return nil, p.errorf("expected member name")
+			return 0, p.errorf("expected member name")
 		}
 		name, err := p.str()
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		p.skipSpace()
 		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
-			return nil, p.errorf("expected ':'")
+			return 0, p.errorf("expected ':'")
 		}
 		p.pos++
 		p.skipSpace()
-		v, err := p.value(nil, depth+1)
-		if err != nil {
-			return nil, err
+		from := len(p.buf)
+		p.buf = appendJCSString(p.buf, name)
+		m := jcsNode{kind: jcsMember, from: from, to: len(p.buf), name: name}
+		if m.value, err = p.value(depth + 1); err != nil {
+			return 0, err
 		}
-		members = append(members, member{name: name, units: utf16.Encode([]rune(name)), value: v})
+		p.open = append(p.open, p.add(m))
 		end, err := p.separator('}', "object")
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if end {
 			break
 		}
 	}
-	slices.SortFunc(members, func(a, b member) int { return slices.Compare(a.units, b.units) })
-	out = append(out, '{')
-	for i, m := range members {
-		if i > 0 {
-			if m.name == members[i-1].name {
-				return nil, p.errorf("duplicate member name %q", m.name)
-			}
-			out = append(out, ',')
+	members := p.open[mark:]
+	slices.SortFunc(members, func(a, b int32) int { return compareUTF16(p.nodes[a].name, p.nodes[b].name) })
+	for i := 1; i < len(members); i++ {
+		if name := p.nodes[members[i]].name; name == p.nodes[members[i-1]].name {
+			return 0, p.errorf("duplicate member name %q", name)
 		}
-		out = appendJCSString(out, m.name)
-		out = append(out, ':')
-		out = append(out, m.value...)
 	}
-	return append(out, '}'), nil
+	return p.closeContainer(jcsObject, mark), nil
 }
 
-func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
+func (p *jcsParser) array(depth int) (int32, error) {
 	p.pos++ // [
-	out = append(out, '[')
+	mark := len(p.open)
 	p.skipSpace()
 	if p.pos < len(p.in) && p.in[p.pos] == ']' {
 		p.pos++
-		return append(out, ']'), nil
+		return p.closeContainer(jcsArray, mark), nil
 	}
-	for first := true; ; first = false {
-		if !first {
-			out = append(out, ',')
-		}
+	for {
 		p.skipSpace()
-		var err error
-		if out, err = p.value(out, depth+1); err != nil {
-			return nil, err
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return 0, err
 		}
+		p.open = append(p.open, v)
 		end, err := p.separator(']', "array")
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if end {
-			return append(out, ']'), nil
+			return p.closeContainer(jcsArray, mark), nil
 		}
 	}
+}
+
+// write appends the canonical form of node i to out.
+func (p *jcsParser) write(out []byte, i int32) []byte {
+	n := &p.nodes[i]
+	switch n.kind {
+	case jcsScalar:
+		return append(out, p.buf[n.from:n.to]...)
+	case jcsMember:
+		out = append(out, p.buf[n.from:n.to]...)
+		out = append(out, ':')
+		return p.write(out, n.value)
+	}
+	open, closing := byte('['), byte(']')
+	if n.kind == jcsObject {
+		open, closing = '{', '}'
+	}
+	out = append(out, open)
+	for k, child := range p.kids[n.from:n.to] {
+		if k > 0 {
+			out = append(out, ',')
+		}
+		out = p.write(out, child)
+	}
+	return append(out, closing)
+}
+
+// compareUTF16 orders a and b by their UTF-16 code units, as RFC 8785
+// sorts member names, without converting them: code points order as their
+// units do, except that a code point above U+FFFF is written with a
+// surrogate pair (U+D800-U+DFFF), which sorts below U+E000-U+FFFF.
+func compareUTF16(a, b string) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	if i == len(a) || i == len(b) {
+		return cmp.Compare(len(a), len(b))
+	}
+	for i > 0 && !utf8.RuneStart(a[i]) {
+		i-- // the differing character starts before the first differing byte
+	}
+	ra, _ := utf8.DecodeRuneInString(a[i:])
+	rb, _ := utf8.DecodeRuneInString(b[i:])
+	return cmp.Compare(utf16Units(ra), utf16Units(rb))
+}
+
+// utf16Units returns r's UTF-16 code units as one number that orders as
+// the units do: the unit itself, or the surrogate pair high then low.
+func utf16Units(r rune) uint32 {
+	if r < 0x10000 {
+		return uint32(r) << 16
+	}
+	hi, lo := utf16.EncodeRune(r)
+	return uint32(hi)<<16 | uint32(lo)
 }
 
 // separator reads what follows a member of an object or an element of an
@@ -210,7 +312,21 @@ func (p *jcsParser) separator(closing byte, what string) (end bool, err error) {
 // invalid UTF-8 and unpaired surrogates.
 func (p *jcsParser) str() (string, error) {
 	p.pos++ // opening quote
+	// Most strings are plain ASCII without escapes: one allocation.
+	start := p.pos
+	for p.pos < len(p.in) {
+		if c := p.in[p.pos]; c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+		p.pos++
+	}
+	if p.pos < len(p.in) && p.in[p.pos] == '"' {
+		p.pos++
+		return string(p.in[start : p.pos-1]), nil
+	}
 	var b strings.Builder
+	b.Grow(p.pos - start + 16)
+	b.Write(p.in[start:p.pos])
 	for {
 		if p.pos >= len(p.in) {
 			return "", p.errorf("unterminated string")
@@ -289,7 +405,7 @@ func (p *jcsParser) hex4() (rune, error) {
 	return rune(n), nil
 }
 
-func (p *jcsParser) number(out []byte) ([]byte, error) {
+func (p *jcsParser) number() error {
 	start := p.pos
 	if p.in[p.pos] == '-' {
 		p.pos++
@@ -304,12 +420,12 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 	}
 	intStart := p.pos
 	if n := digits(); n == 0 || (n > 1 && p.in[intStart] == '0') {
-		return nil, p.errorf("bad number")
+		return p.errorf("bad number")
 	}
 	if p.pos < len(p.in) && p.in[p.pos] == '.' {
 		p.pos++
 		if digits() == 0 {
-			return nil, p.errorf("bad number")
+			return p.errorf("bad number")
 		}
 	}
 	if p.pos < len(p.in) && (p.in[p.pos] == 'e' || p.in[p.pos] == 'E') {
@@ -318,17 +434,18 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 			p.pos++
 		}
 		if digits() == 0 {
-			return nil, p.errorf("bad number")
+			return p.errorf("bad number")
 		}
 	}
 	f, err := strconv.ParseFloat(string(p.in[start:p.pos]), 64)
 	if err != nil || math.IsInf(f, 0) {
-		return nil, p.errorf("number out of range")
+		return p.errorf("number out of range")
 	}
 	if p.exact && !isShortest(string(p.in[start:p.pos]), f) {
-		return nil, p.errorf("number %s is not exact in double precision", p.in[start:p.pos])
+		return p.errorf("number %s is not exact in double precision", p.in[start:p.pos])
 	}
-	return appendES6Number(out, f), nil
+	p.buf = appendES6Number(p.buf, f)
+	return nil
 }
 
 // isShortest reports whether the number literal lit (valid JSON) has the same

@@ -3,7 +3,9 @@ package idempotency_test
 import (
 	"encoding/json"
 	"math"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -136,5 +138,56 @@ func TestFingerprintKeepsInexactNumbersApart(t *testing.T) {
 		{`{"x":0.000001}`, `{"x":1E-6}`},
 	} {
 		require.Equal(t, fp(pair[0]), fp(pair[1]), "%s vs %s", pair[0], pair[1])
+	}
+}
+
+// RFC 8785 appendix B: doubles (as IEEE 754 bit patterns) and their
+// canonical text.
+func TestCanonicalJSONRFC8785Numbers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		bits uint64
+		want string
+	}{
+		{0x0000000000000000, "0"}, {0x8000000000000000, "0"},
+		{0x0000000000000001, "5e-324"}, {0x8000000000000001, "-5e-324"},
+		{0x7fefffffffffffff, "1.7976931348623157e+308"}, {0xffefffffffffffff, "-1.7976931348623157e+308"},
+		{0x4340000000000000, "9007199254740992"}, {0xc340000000000000, "-9007199254740992"},
+		{0x4430000000000000, "295147905179352830000"},
+		{0x44b52d02c7e14af5, "9.999999999999997e+22"}, {0x44b52d02c7e14af6, "1e+23"},
+		{0x44b52d02c7e14af7, "1.0000000000000001e+23"},
+		{0x444b1ae4d6e2ef4e, "999999999999999700000"}, {0x444b1ae4d6e2ef4f, "999999999999999900000"},
+		{0x444b1ae4d6e2ef50, "1e+21"},
+		{0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"}, {0x3eb0c6f7a0b5ed8d, "0.000001"},
+		{0x41b3de4355555553, "333333333.3333332"}, {0x41b3de4355555554, "333333333.33333325"},
+		{0x41b3de4355555555, "333333333.3333333"}, {0x41b3de4355555556, "333333333.3333334"},
+		{0x41b3de4355555557, "333333333.33333343"},
+		{0xbecbf647612f3696, "-0.0000033333333333333333"},
+		{0x43143ff3c1cb0959, "1424953923781206.2"},
+	} {
+		in := strconv.FormatFloat(math.Float64frombits(c.bits), 'g', -1, 64)
+		got, err := idempotency.CanonicalJSON([]byte(in))
+		require.NoError(t, err, in)
+		require.Equal(t, c.want, string(got), "%016x", c.bits)
+	}
+}
+
+// Canonicalizing costs memory linear in the body, whatever its shape: a
+// 1 MiB string under 511 levels of objects allocated some 550 MB when each
+// level copied its members into its parent.
+func TestCanonicalJSONLinearMemory(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	for name, body := range map[string]string{
+		"deep objects": strings.Repeat(`{"a":`, 511) + `"` + long + `"` + strings.Repeat("}", 511),
+		"deep mixed":   strings.Repeat(`[{"b":1,"a":`, 255) + `"` + long + `"` + strings.Repeat("}]", 255),
+	} {
+		in := []byte(body)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := idempotency.CanonicalJSON(in)
+		runtime.ReadMemStats(&after)
+		require.NoError(t, err)
+		allocated := after.TotalAlloc - before.TotalAlloc
+		require.Less(t, allocated, uint64(6*len(body)), "%s: %d bytes allocated for a body of %d", name, allocated, len(body))
 	}
 }

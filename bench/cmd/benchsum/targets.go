@@ -52,6 +52,8 @@ var targets = []target{
 	{name: "edge new-key extra round trips", what: "edge first request, extra PostgreSQL round trips",
 		num: "BenchmarkEdge/new-key pg-rt/req", den: "BenchmarkEdge/bare pg-rt/req",
 		value: func(n, d float64) float64 { return n - d }, op: "<=", limit: 1, rate: "pg-rt/req", raw: "bare"},
+	{name: "canonical-json worst/encoding-json", what: "edge fingerprint, adversarial 1 MiB bodies, worst time vs encoding/json (paired)",
+		num: "BenchmarkCanonicalJSON/worst x-encoding-json", op: "<=", limit: 3},
 }
 
 // figure computes t's figure from the run's medians; false when the run
