@@ -107,7 +107,7 @@ func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int, wait time.Duration) *e
 	if err != nil {
 		b.Fatal(err)
 	}
-	mw, err := edge.Route(&idempotency.Route{Operation: "bench-create", Mode: idempotency.SameTx, Wait: wait})
+	mw, err := edge.Route(&idempotency.Route{Operation: "bench-create", Mode: idempotency.SameTx, Wait: wait, SharedScope: true})
 	if err != nil {
 		b.Fatal(err)
 	}

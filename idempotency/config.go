@@ -108,11 +108,21 @@ type Route struct {
 	// untouched (it then gets no Info and, in SameTx mode, no Tx). Defaults to
 	// false: the key is required.
 	Optional bool
-	// Tenant extracts the tenant or scope of a request (an account ID from the
-	// authenticated principal, say). A key never matches across tenants. An
-	// error answers 403 (or the status of an error with a StatusCode() int
-	// method) and creates no record. Defaults to a single scope "".
+	// Tenant extracts the scope of a request from its authenticated caller
+	// (an account or client ID from the principal your authentication put in
+	// the request's context). Keys, stored responses and fingerprint
+	// mismatches (422) are per scope: a caller never receives another's
+	// response, nor learns that another's key is in use. The edge answers a
+	// replay before the wrapped handler runs, so it must sit behind
+	// authentication, never in front of it. An error answers 403 (or the
+	// status of an error with a StatusCode() int method) and creates no
+	// record; so does an empty scope. Required, unless SharedScope is set.
 	Tenant func(*http.Request) (string, error)
+	// SharedScope puts every request of the route in one scope instead of
+	// scoping by Tenant: any caller that sends another caller's key and body
+	// receives its stored response. Only for a route with a single caller
+	// (one upstream service behind the same credentials). Defaults to false.
+	SharedScope bool
 	// TTL is how long a completed response is replayed. Defaults to 24 hours.
 	TTL time.Duration
 	// MaxBodyBytes bounds the request body the middleware reads to fingerprint
@@ -122,6 +132,10 @@ type Route struct {
 	// up to Wait for the first request to finish and then replay its response,
 	// instead of answering 409 at once. Defaults to 0 (answer 409).
 	Wait time.Duration
+	// MaxWaiters bounds the requests of this process that wait (Wait) on one
+	// in-progress key at once; the others answer 409 with Retry-After at
+	// once. A waiting request holds no connection. Defaults to 4.
+	MaxWaiters int
 	// RetryAfter is the Retry-After sent with a 409 in-progress answer.
 	// Defaults to one second.
 	RetryAfter time.Duration
@@ -166,12 +180,13 @@ func DefaultStore(status int) bool {
 // and ReplayHeaders in canonical form.
 func (r *Route) withDefaults() Route {
 	rc := cfgerr.CopyOf(r)
-	if rc.Tenant == nil {
+	if rc.SharedScope && rc.Tenant == nil {
 		rc.Tenant = func(*http.Request) (string, error) { return "", nil }
 	}
 	rc.TTL = cmp.Or(rc.TTL, 24*time.Hour)
 	rc.MaxBodyBytes = cmp.Or(rc.MaxBodyBytes, 1<<20)
 	rc.RetryAfter = cmp.Or(rc.RetryAfter, time.Second)
+	rc.MaxWaiters = cmp.Or(rc.MaxWaiters, 4)
 	rc.Lease = cmp.Or(rc.Lease, 30*time.Second)
 	if rc.ReplayHeaders == nil {
 		rc.ReplayHeaders = DefaultReplayHeaders
@@ -196,8 +211,10 @@ func (r *Route) validate() error {
 		return bad("Operation", "required")
 	case r.Mode != Separate && r.Mode != SameTx:
 		return bad("Mode", "unknown mode %d", r.Mode)
+	case r.Tenant == nil:
+		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "MaxBodyBytes", "Wait", "RetryAfter"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter"); err != nil {
 		return err
 	}
 	if r.Lease < 3*time.Millisecond {

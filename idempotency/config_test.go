@@ -33,7 +33,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestRouteValidate(t *testing.T) {
 	t.Parallel()
-	rc := (&Route{Operation: "op"}).withDefaults()
+	rc := (&Route{Operation: "op", SharedScope: true}).withDefaults()
 	require.NoError(t, rc.validate())
 	for _, tc := range []struct {
 		field  string
@@ -41,12 +41,13 @@ func TestRouteValidate(t *testing.T) {
 		detail string // what follows the field in the error
 	}{
 		{"Operation", Route{}, "required"},
-		{"Mode", Route{Operation: "op", Mode: 7}, "unknown mode 7"},
-		{"TTL", Route{Operation: "op", TTL: -1}, "-1ns is negative"},
-		{"MaxBodyBytes", Route{Operation: "op", MaxBodyBytes: -1}, "-1 is negative"},
-		{"Wait", Route{Operation: "op", Wait: -1}, "-1ns is negative"},
-		{"RetryAfter", Route{Operation: "op", RetryAfter: -1}, "-1ns is negative"},
-		{"Lease", Route{Operation: "op", Lease: time.Millisecond}, "1ms is below 3ms"},
+		{"Mode", Route{Operation: "op", SharedScope: true, Mode: 7}, "unknown mode 7"},
+		{"TTL", Route{Operation: "op", SharedScope: true, TTL: -1}, "-1ns is negative"},
+		{"MaxBodyBytes", Route{Operation: "op", SharedScope: true, MaxBodyBytes: -1}, "-1 is negative"},
+		{"Wait", Route{Operation: "op", SharedScope: true, Wait: -1}, "-1ns is negative"},
+		{"RetryAfter", Route{Operation: "op", SharedScope: true, RetryAfter: -1}, "-1ns is negative"},
+		{"Lease", Route{Operation: "op", SharedScope: true, Lease: time.Millisecond}, "1ms is below 3ms"},
+		{"Tenant", Route{Operation: "op"}, "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller"},
 	} {
 		rc := tc.r.withDefaults()
 		cfgerrtest.RequireField(t, rc.validate(), ErrInvalidConfig, "idempotency: Route."+tc.field, tc.detail)

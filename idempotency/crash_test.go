@@ -203,7 +203,7 @@ func TestFencedOwner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, idempotency.Route{}, nil)
-	mw, err := h.edge.Route(&idempotency.Route{Operation: "slow", Lease: 90 * time.Millisecond})
+	mw, err := h.edge.Route(&idempotency.Route{Operation: "slow", Lease: 90 * time.Millisecond, SharedScope: true})
 	require.NoError(t, err)
 	causes := make(chan error, 1)
 	url := newServer(t, mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/oncekit/oncekit"
@@ -47,6 +48,30 @@ type route struct {
 	// holder of the same key; patientLockTimeout, the claim made again after
 	// a wait for another lock timed out.
 	lockTimeout, patientLockTimeout string
+
+	mu      sync.Mutex
+	waiting map[recordID]int // requests waiting (Wait) on each in-progress key
+}
+
+// startWaiting takes one of the key's MaxWaiters places to wait on it; false
+// when they are all taken (the request answers 409 at once).
+func (rt *route) startWaiting(id recordID) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.waiting[id] >= rt.cfg.MaxWaiters {
+		return false
+	}
+	rt.waiting[id]++
+	return true
+}
+
+// stopWaiting gives back the place startWaiting took.
+func (rt *route) stopWaiting(id recordID) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.waiting[id]--; rt.waiting[id] <= 0 {
+		delete(rt.waiting, id)
+	}
 }
 
 // otherLockWait is the least a SameTx claim waits, on its second try, after
@@ -56,26 +81,37 @@ const otherLockWait = time.Second
 // Route returns the middleware for one route. It wraps any http.Handler, so it
 // fits the standard mux, chi and gorilla alike:
 //
-//	mw, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx})
-//	mux.Handle("POST /payments", mw(createPayment))
+//	mw, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx,
+//		Tenant: func(r *http.Request) (string, error) { return accountFrom(r.Context()) }})
+//	mux.Handle("POST /payments", authenticate(mw(createPayment)))
+//
+// The middleware goes inside your authentication (authenticate above, which
+// puts the caller in the context accountFrom reads): a replay is answered
+// before the wrapped handler runs.
 func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
+	if r != nil && r.SharedScope && r.Tenant != nil {
+		return nil, fmt.Errorf("%w: idempotency: Route.SharedScope: set together with Tenant; choose one", ErrInvalidConfig)
+	}
 	rc := r.withDefaults()
 	if err := rc.validate(); err != nil {
 		return nil, err
 	}
 	// In SameTx mode the first request's claim is an uncommitted row: a
-	// concurrent request waits on its lock at most this long (Wait, or 1 ms
-	// for an immediate 409). A claim that timed out on another lock than a
-	// row's tries again waiting at least a second.
-	wait := max(rc.Wait.Milliseconds(), 1)
-	rt := &route{e: e, cfg: rc,
-		lockTimeout:        fmt.Sprintf("SET LOCAL lock_timeout = %d", wait),
-		patientLockTimeout: fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait, otherLockWait.Milliseconds())),
+	// concurrent request gives up on its lock after 1 ms, and a request that
+	// waits (Wait) tries again later, holding no connection meanwhile. A
+	// claim that timed out on another lock than a row's tries again waiting
+	// a second.
+	rt := &route{e: e, cfg: rc, waiting: map[recordID]int{},
+		lockTimeout:        "SET LOCAL lock_timeout = 1",
+		patientLockTimeout: fmt.Sprintf("SET LOCAL lock_timeout = %d", otherLockWait.Milliseconds()),
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { rt.serve(next, w, req) })
 	}, nil
 }
+
+// errNoScope is a Tenant's empty answer: no authenticated caller.
+var errNoScope = errors.New("idempotency: no scope for the request")
 
 // keyHash is how keys appear in logs.
 func keyHash(id recordID) string {
@@ -112,6 +148,9 @@ func (rt *route) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		return
 	}
 	tenant, err := rt.cfg.Tenant(r)
+	if err == nil && tenant == "" && !rt.cfg.SharedScope {
+		err = errNoScope
+	}
 	if err != nil {
 		rt.count(OutcomeRejected)
 		status := http.StatusForbidden

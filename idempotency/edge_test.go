@@ -174,7 +174,7 @@ func TestConcurrentSameKey(t *testing.T) {
 		for _, wait := range []time.Duration{0, 10 * time.Second} {
 			t.Run(fmt.Sprintf("%s/wait=%s", mode, wait), func(t *testing.T) {
 				t.Parallel()
-				h := newHarness(t, idempotency.Route{Mode: mode, Wait: wait}, nil)
+				h := newHarness(t, idempotency.Route{Mode: mode, Wait: wait, MaxWaiters: n}, nil)
 				var release func()
 				if wait == 0 {
 					// Hold the first execution until every other request has
@@ -228,7 +228,7 @@ func TestConcurrentSameKey(t *testing.T) {
 				require.Equal(t, 1, created)
 				require.Equal(t, n, created+replayed+conflicts)
 				if wait > 0 {
-					require.Equal(t, n-1, replayed, "with a wait every other request replays")
+					require.Equal(t, n-1, replayed, "with a wait (and room for every waiter) every other request replays")
 				} else {
 					require.Equal(t, n-1, conflicts, "without a wait every other request met it in progress")
 				}
@@ -344,7 +344,7 @@ func TestPanicReleasesKey(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, idempotency.Route{Mode: mode}, nil)
-			mw, err := h.edge.Route(&idempotency.Route{Operation: "panics", Mode: mode})
+			mw, err := h.edge.Route(&idempotency.Route{Operation: "panics", Mode: mode, SharedScope: true})
 			require.NoError(t, err)
 			srv := newServer(t, mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) })))
 			_, err = tryPost(srv+"/", "", "pay-1", `{}`)
@@ -359,7 +359,7 @@ func TestRouteValidation(t *testing.T) {
 	h := newHarness(t, idempotency.Route{}, nil)
 	_, err := h.edge.Route(&idempotency.Route{})
 	require.ErrorContains(t, err, "Route.Operation")
-	_, err = h.edge.Route(&idempotency.Route{Operation: "x", TTL: -1})
+	_, err = h.edge.Route(&idempotency.Route{Operation: "x", TTL: -1, SharedScope: true})
 	require.ErrorContains(t, err, "Route.TTL")
 	_, err = idempotency.New(h.db.Pool, &idempotency.Config{Schema: "Bad-Name"})
 	require.ErrorContains(t, err, "Config.Schema")
@@ -398,4 +398,27 @@ func TestWaitersExecuteAfterRelease(t *testing.T) {
 			require.EqualValues(t, 2, h.runs.Load())
 		})
 	}
+}
+
+// A scope is always chosen: a route without Tenant is refused unless it
+// opts into one shared scope, and a Tenant that finds no caller (an empty
+// scope) answers 403 without a record, so unauthenticated requests never
+// share a scope and replay each other's responses.
+func TestScopeIsAlwaysChosen(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, idempotency.Route{}, nil)
+	_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment"})
+	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Route.Tenant")
+	_, err = h.edge.Route(&idempotency.Route{Operation: "create-payment", SharedScope: true, Tenant: tenantFromHeader})
+	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
+
+	mw, err := h.edge.Route(&idempotency.Route{Operation: "create-payment",
+		Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil }})
+	require.NoError(t, err)
+	srv := newServer(t, mw(http.HandlerFunc(h.createPayment(h.db.Pool))))
+	resp := post(t, srv+"/", "", "k", `{"amount":100}`)
+	require.Equal(t, http.StatusForbidden, resp.status)
+	require.Zero(t, count(t, h.db, records))
+	require.Equal(t, http.StatusCreated, post(t, srv+"/", "acme", "k", `{"amount":100}`).status)
 }

@@ -84,7 +84,7 @@ func TestSameTxRoundTrips(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	mw, err := edge.Route(&idempotency.Route{Operation: "rt", Mode: idempotency.SameTx})
+	mw, err := edge.Route(&idempotency.Route{Operation: "rt", Mode: idempotency.SameTx, SharedScope: true})
 	require.NoError(t, err)
 	wrapped := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.Tx(r)

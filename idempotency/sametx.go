@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // serveSameTx claims the key inside a transaction, runs the handler in it and
@@ -21,6 +23,12 @@ import (
 func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
 	ctx := r.Context()
 	lockTimeout := rt.lockTimeout
+	deadline, waiting := time.Now().Add(rt.cfg.Wait), false
+	defer func() {
+		if waiting {
+			rt.stopWaiting(id)
+		}
+	}()
 	for attempt := 0; attempt < maxClaimAttempts; attempt++ {
 		conn, tx, rec, claimed, token, err := rt.claimTx(ctx, id, fp, lockTimeout)
 		if err != nil {
@@ -33,6 +41,15 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 					// waiting longer.
 					lockTimeout = rt.patientLockTimeout
 					continue
+				}
+				// In progress. A request that waits does so without a
+				// connection, in one of the key's MaxWaiters places.
+				if rt.cfg.Wait > 0 && time.Now().Before(deadline) && (waiting || rt.startWaiting(id)) {
+					waiting = true
+					if wait.Sleep(ctx, min(rt.pollInterval(), time.Until(deadline))) {
+						lockTimeout, attempt = rt.lockTimeout, -1
+						continue
+					}
 				}
 				rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rt.cfg.Wait.Seconds())
 				rt.inProgress(w)

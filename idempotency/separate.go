@@ -27,7 +27,12 @@ const maxClaimAttempts = 3
 // then store the response fenced by the claim's token.
 func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
 	ctx := r.Context()
-	deadline := time.Now().Add(rt.cfg.Wait)
+	deadline, waiting := time.Now().Add(rt.cfg.Wait), false
+	defer func() {
+		if waiting {
+			rt.stopWaiting(id)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		var token int64
 		var recoveries int32
@@ -53,7 +58,10 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 			rt.inProgress(w)
 			return
 		}
-		waitMore := rt.cfg.Wait > 0 && time.Now().Before(deadline)
+		if rec.state == StateInProgress && !waiting && rt.cfg.Wait > 0 {
+			waiting = rt.startWaiting(id) // false: the key's MaxWaiters places are taken
+		}
+		waitMore := waiting && time.Now().Before(deadline)
 		if rt.answerExisting(w, id, fp, &rec, waitMore) {
 			return
 		}

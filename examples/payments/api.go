@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,12 +64,12 @@ func newAPI(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (http.Handler, er
 	if err != nil {
 		return nil, err
 	}
-	withKey, err := edge.Route(&idempotency.Route{Operation: operation, Mode: idempotency.SameTx})
+	withKey, err := edge.Route(&idempotency.Route{Operation: operation, Mode: idempotency.SameTx, Tenant: callerOf})
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", withKey(createPayment(ob, cfg)))
+	mux.Handle("POST /payments", authenticate(parseTokens(os.Getenv("PAYMENTS_API_TOKENS")), withKey(createPayment(ob, cfg))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := pool.Ping(r.Context()); err != nil {
 			http.Error(w, "database unreachable", http.StatusServiceUnavailable)

@@ -110,7 +110,7 @@ func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.Jet
 		}
 		fmt.Printf("   %-16s %-26s → %d %s\n", or(step.key, "-"), step.what, status, summarize(status, replayed, body))
 		if i == 0 || (status == http.StatusCreated && replayed == "") {
-			ids = appendNew(ids, idempotency.DeriveID("", step.key).String())
+			ids = appendNew(ids, idempotency.DeriveID(demoCaller, step.key).String())
 		}
 	}
 
@@ -213,6 +213,7 @@ func (c *client) post(ctx context.Context, key, body string) (status int, replay
 	if key != "" {
 		req.Header.Set(idempotency.HeaderKey, `"`+key+`"`)
 	}
+	req.Header.Set("Authorization", "Bearer "+demoToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, "", nil, err

@@ -2,7 +2,7 @@
 // to be used, one binary with a role per process:
 //
 //	payments setup      create the tables (oncekit's and the service's) and the stream
-//	payments api        POST /payments behind the Idempotency-Key edge (same transaction)
+//	payments api        POST /payments behind authentication and the Idempotency-Key edge (same transaction)
 //	payments relay      publish the outbox to JetStream
 //	payments consume    the ledger consumer: one ledger entry and two side effects per payment
 //	payments dispatch   fire the side effects at the payment provider
@@ -10,9 +10,12 @@
 //	payments demo       every role in one process, a few requests, and an account of each layer
 //
 // Every role reads DATABASE_URL, NATS_URL (a comma-separated list of servers)
-// and PAYMENTS_SCHEMA from the environment; flags override them. The flow:
+// and PAYMENTS_SCHEMA from the environment; flags override them. The api
+// admits bearer tokens from PAYMENTS_API_TOKENS ("token=caller,...", by
+// default the demo's one caller) and scopes idempotency keys by caller. The
+// flow:
 //
-//	client ──POST /payments (Idempotency-Key)──► api: payment row + PaymentCreated outbox event, one tx
+//	client ──POST /payments (Authorization, Idempotency-Key)──► api: payment row + PaymentCreated outbox event, one tx
 //	relay ──► JetStream (Nats-Msg-Id = event ID) ──► consume: ledger entry + provider.capture + receipt.email, one tx
 //	dispatch ──► provider /capture and /email with Idempotency-Key = DeriveKey(payment, kind)
 //

@@ -137,16 +137,17 @@ func run(ctx context.Context, out io.Writer) error {
 	defer func() { stop(); wg.Wait() }()
 
 	// 7. The HTTP edge: the payment row, its event and the stored response commit together.
+	// It sits behind authentication and scopes keys by the authenticated caller.
 	edge, err := idempotency.New(pool, &idempotency.Config{Schema: schema})
 	if err != nil {
 		return err
 	}
-	createPayment, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx})
+	createPayment, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx, Tenant: callerOf})
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", createPayment(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /payments", authenticate(createPayment(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.Tx(r)
 		info, _ := idempotency.FromRequest(r)
 		id := info.ID() // derived from the key: the same on every retry
@@ -163,7 +164,7 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%q}`, id)
-	})))
+	}))))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -183,7 +184,7 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 
 	// 9. Wait for the receipt: confirmed once.
-	payment := idempotency.DeriveID("", key).String()
+	payment := idempotency.DeriveID(client, key).String()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -208,6 +209,30 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 }
 
+// client is the one caller of the quickstart's API, and clientToken its
+// credential.
+const client, clientToken = "quickstart-client", "quickstart-token"
+
+type callerKey struct{}
+
+// authenticate stands for the service's own authentication: it admits a
+// request with the client's bearer token and puts the caller in its context.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+clientToken {
+			http.Error(w, "unauthenticated", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, client)))
+	})
+}
+
+// callerOf is the edge's Tenant: the caller authenticate admitted.
+func callerOf(r *http.Request) (string, error) {
+	caller, _ := r.Context().Value(callerKey{}).(string)
+	return caller, nil // "" (no caller) answers 403
+}
+
 // post sends the payment request with an Idempotency-Key.
 func post(ctx context.Context, url, key string) (status int, replayed string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(`{"amount":100}`))
@@ -216,6 +241,7 @@ func post(ctx context.Context, url, key string) (status int, replayed string, er
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderKey, key)
+	req.Header.Set("Authorization", "Bearer "+clientToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, "", err

@@ -129,7 +129,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, cal
 func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
 	asked := map[string]bool{}
 	for _, op := range ops {
-		id := idempotency.DeriveID("", op.Key).String()
+		id := idempotency.DeriveID(apiCaller, op.Key).String()
 		p, exists := payments[id]
 		switch op.Outcome {
 		case OK:

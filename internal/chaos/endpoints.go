@@ -35,6 +35,10 @@ func waitHTTP(ctx context.Context, url string) error {
 	return nil
 }
 
+// apiToken and apiCaller are the payments example's demo credential and
+// the caller it authenticates: the scope of every key the load sends.
+const apiToken, apiCaller = "demo-token", "demo-client"
+
 // post sends one payment request to the API under key and returns the HTTP
 // status, the body read to the end so that the connection is reused.
 func post(ctx context.Context, client *http.Client, url, key string, body []byte, timeout time.Duration) (int, error) {
@@ -46,6 +50,7 @@ func post(ctx context.Context, client *http.Client, url, key string, body []byte
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", `"`+key+`"`)
+	req.Header.Set("Authorization", "Bearer "+apiToken)
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
