@@ -66,7 +66,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	_, err = outbox.NewRelay(db.Pool, pub, &outbox.RelayConfig{Schema: db.Schema, Registerer: rec})
 	require.NoError(t, err)
 	inbox.NewMetrics(rec, "c")
-	hook, err := webhook.New(&webhook.Config{URL: "http://127.0.0.1:1/hook"})
+	hook, err := webhook.New(&webhook.Config{URL: "http://127.0.0.1:1/hook", Unsigned: true})
 	require.NoError(t, err)
 	_, err = sideeffect.NewDispatcher(db.Pool, map[string]sideeffect.Provider{"k": hook},
 		&sideeffect.DispatcherConfig{Schema: db.Schema, Registerer: rec})

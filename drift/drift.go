@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit"
@@ -81,11 +84,18 @@ type Checker struct {
 	metrics *metrics
 }
 
-// New returns a Checker over db for cfg (nil means the zero Config).
+// New returns a Checker over db for cfg (nil means the zero Config). db must
+// begin transactions (a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx): every check
+// runs in a READ ONLY transaction of its own with a statement timeout of
+// CheckTimeout. Rules are the operator's SQL, run with the role's
+// privileges: give the drift job a role that can only read.
 func New(db oncekit.Querier, cfg *Config) (*Checker, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if _, ok := db.(beginner); !ok && db != nil {
+		return nil, fmt.Errorf("%w: drift: New: db %T does not begin transactions (pass a pool, a connection or a transaction)", ErrInvalidConfig, db)
 	}
 	ch := &Checker{db: db, cfg: c}
 	skip := map[string]bool{}
@@ -263,15 +273,41 @@ func (c *Checker) Run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
+// beginner begins a transaction: a pool or a connection (BEGIN), or a
+// transaction (a savepoint).
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// readOnly runs chk in a READ ONLY transaction whose statements time out
+// after CheckTimeout, then rolls it back: a rule is the operator's SQL, and
+// a mistake in it (a function that writes, a query that never ends) fails
+// the check instead of changing data or holding a backend. On a transaction
+// it runs under a savepoint, whose settings end with it.
+func (c *Checker) readOnly(ctx context.Context, chk check) (Finding, error) {
+	tx, err := c.db.(beginner).Begin(ctx)
+	if err != nil {
+		return Finding{}, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT set_config('transaction_read_only', 'on', true), set_config('statement_timeout', $1, true)`,
+		strconv.FormatInt(max(c.cfg.CheckTimeout.Milliseconds(), 1), 10)); err != nil {
+		return Finding{}, fmt.Errorf("read-only transaction: %w", err)
+	}
+	return chk.run(ctx, tx)
+}
+
 // runOne runs chk under the check timeout.
 func (c *Checker) runOne(ctx context.Context, chk check) Finding {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CheckTimeout)
 	defer cancel()
-	f, err := chk.run(cctx, c.db)
+	f, err := c.readOnly(cctx, chk)
 	f.Check, f.Duration = chk.name, time.Since(start)
 	if err != nil {
-		if cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		var pgErr *pgconn.PgError
+		if (cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil) || (errors.As(err, &pgErr) && pgErr.Code == "57014") {
+			// The context's deadline, or the statement timeout it set.
 			err = fmt.Errorf("timed out after %s", c.cfg.CheckTimeout)
 		}
 		return Finding{Check: chk.name, Limit: chk.limit, Error: err.Error(), Duration: f.Duration}

@@ -160,3 +160,39 @@ func TestConfigIsValidated(t *testing.T) {
 		cfgerrtest.RequireField(t, err, drift.ErrInvalidConfig, "drift: Config."+tc.field, tc.detail)
 	}
 }
+
+// Every check, rules included, runs in a READ ONLY transaction that is
+// rolled back: a rule that writes (a row, a sequence, which no rollback
+// undoes) fails as a check instead of changing the database, what it could
+// do all the same (a large object) is rolled back, and the other checks run.
+func TestRulesRunReadOnly(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE SEQUENCE drift_probe; CREATE TABLE drift_written (v int);
+		CREATE FUNCTION drift_write() RETURNS int LANGUAGE sql AS 'INSERT INTO drift_written VALUES (1) RETURNING v'`)
+	require.NoError(t, err)
+	c, err := drift.New(db.Pool, &drift.Config{Schema: db.Schema, Logger: quiet, Rules: []drift.Rule{
+		{Name: "insert", SQL: `SELECT 'wrote ' || drift_write()`},
+		{Name: "sequence", SQL: `SELECT 'n ' || nextval('drift_probe')`},
+		{Name: "large_object", SQL: `SELECT 'made ' || lo_create(0)`},
+	}})
+	require.NoError(t, err)
+	// Large objects belong to the database, not the test's schema: the
+	// rule's would show as a difference.
+	var before int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_largeobject_metadata`).Scan(&before))
+	rep, err := c.Run(ctx)
+	require.ErrorIs(t, err, drift.ErrCheckFailed)
+	for _, name := range []string{"insert", "sequence"} {
+		require.Contains(t, finding(t, rep, name).Error, "read-only transaction", name)
+	}
+	require.False(t, finding(t, rep, "dead_letters").Failed(), "the other checks ran")
+	var rows, objects int
+	var called bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM drift_written), (SELECT is_called FROM drift_probe),
+		(SELECT count(*) FROM pg_largeobject_metadata)`).Scan(&rows, &called, &objects))
+	require.Zero(t, rows, "no row was written")
+	require.False(t, called, "the sequence did not move")
+	require.Equal(t, before, objects, "no large object was left")
+}

@@ -3,6 +3,7 @@ package drift
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/oncekit/oncekit/internal/untrusted"
 	"io"
 	"strconv"
 	"text/tabwriter"
@@ -35,7 +36,8 @@ func (r Report) WriteTable(w io.Writer) error {
 			}
 		}
 		for _, ex := range f.Examples {
-			if _, err := fmt.Fprintf(w, "  %s: %s\n", f.Check, ex); err != nil {
+			// An example is the database's data: escaped for the terminal.
+			if _, err := fmt.Fprintf(w, "  %s: %s\n", f.Check, untrusted.Printable(ex)); err != nil {
 				return err
 			}
 		}

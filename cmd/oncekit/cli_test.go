@@ -32,7 +32,7 @@ func dbVars(db *testenv.DB) map[string]string {
 var secretVars = map[string]string{
 	"DATABASE_URL":           "postgres://app:S3cret@127.0.0.1:1/app?sslmode=disable",
 	"NATS_URL":               "nats://app:S3cret@127.0.0.1:1",
-	"ONCEKIT_WEBHOOK_SECRET": "whsec_UzNjcmV0UzNjcmV0",
+	"ONCEKIT_WEBHOOK_SECRET": "whsec_UzNjcmV0UzNjcmV0UzNjcmV0UzNjcmV0",
 }
 
 func commandNames() []string {
@@ -138,7 +138,7 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{[]string{"migrate", "up", "--schema", ""}, "--schema"},
 		{[]string{"outbox", "list", "--limit", "-3"}, "--limit"},
 		{[]string{"relay", "--lease-ttl", "-1s"}, "--lease-ttl"},
-		{[]string{"dispatch", "--endpoint", "k=http://x", "--secret", "nope!"}, "Config.Secret"},
+		{[]string{"dispatch", "--endpoint", "k=https://x", "--secret", "nope!"}, "Config.Secret"},
 		// An unknown subcommand is named before anything else is checked.
 		{[]string{"migrate", "bogus", "x"}, `unknown subcommand "bogus": want up, status or sql`},
 		{[]string{"outbox", "bogus", "--limit", "0"}, `unknown subcommand "bogus": want list, parked or unpark`},
@@ -282,7 +282,7 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 	}{
 		{[]string{"relay", "--batch", "-1"}, "oncekit relay: --batch: -1 is negative"},
 		{[]string{"relay", "--lease-ttl", "1ms"}, "oncekit relay: --lease-ttl: 1ms is below 300ms"},
-		{[]string{"dispatch", "--endpoint", "k=http://127.0.0.1:1", "--concurrency", "-1"}, "oncekit dispatch: --concurrency: -1 is negative"},
+		{[]string{"dispatch", "--endpoint", "k=http://127.0.0.1:1", "--unsigned", "--concurrency", "-1"}, "oncekit dispatch: --concurrency: -1 is negative"},
 	} {
 		code, _, stderr := cli(t, vars, tc.args...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)

@@ -38,6 +38,8 @@ type dispatchFile struct {
 type endpointFile struct {
 	URL         string            `json:"url"`
 	Secret      string            `json:"secret"`
+	Unsigned    bool              `json:"unsigned"`
+	AllowHTTP   bool              `json:"allow_http"`
 	Timeout     duration          `json:"timeout"`
 	KeysIgnored bool              `json:"keys_ignored"`
 	Headers     map[string]string `json:"headers"`
@@ -90,6 +92,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	var secretFlag envString
 	fs.Var(&secretFlag, "secret", "whsec_<base64> signing `SECRET` for --endpoint kinds (default: env ONCEKIT_WEBHOOK_SECRET)")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout for --endpoint kinds")
+	unsigned := fs.Bool("unsigned", false, "send --endpoint calls without a signature (the receiver authenticates them otherwise); without it --secret is required")
+	allowHTTP := fs.Bool("allow-http", false, "allow http:// --endpoint URLs to hosts other than loopback (clear text)")
 	keysIgnored := fs.Bool("keys-ignored", false, "the --endpoint receivers do not dedup on the key: never repeat a call of unknown outcome")
 	concurrency := fs.Int("concurrency", 32, "provider calls at once")
 	batch := fs.Int("batch", 200, "rows claimed per statement")
@@ -136,14 +140,15 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		for k, v := range ep.Headers {
 			h.Set(k, v)
 		}
-		cfgs[kind] = &webhook.Config{URL: ep.URL, Secret: ep.Secret, Timeout: time.Duration(ep.Timeout),
-			KeysIgnored: ep.KeysIgnored, Header: h}
+		cfgs[kind] = &webhook.Config{URL: ep.URL, Secret: ep.Secret, Unsigned: ep.Unsigned, AllowHTTP: ep.AllowHTTP,
+			Timeout: time.Duration(ep.Timeout), KeysIgnored: ep.KeysIgnored, Header: h}
 	}
 	for kind, u := range endpoints {
 		if _, dup := cfgs[kind]; dup {
 			return usagef("--endpoint %s: kind also configured in --config", kind)
 		}
-		cfgs[kind] = &webhook.Config{URL: u, Secret: secret, Timeout: *timeout, KeysIgnored: *keysIgnored}
+		cfgs[kind] = &webhook.Config{URL: u, Secret: secret, Unsigned: *unsigned, AllowHTTP: *allowHTTP,
+			Timeout: *timeout, KeysIgnored: *keysIgnored}
 	}
 	if len(cfgs) == 0 {
 		return usagef("no endpoints: give --endpoint kind=URL or --config")

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
 const dlqUsage = `dlq <subcommand> [flags] [ID...]
@@ -83,7 +84,7 @@ func dlqSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 					if dl.ReplayedAt != nil {
 						rep = timestamp(*dl.ReplayedAt)
 					}
-					return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject,
+					return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", dl.ID, cell(dl.Consumer), orDash(cell(dl.MessageID)), cell(dl.Subject),
 						dl.Attempts, timestamp(dl.CreatedAt), rep, oneLine(dl.Reason, 80))
 				})
 			}},
@@ -122,7 +123,7 @@ func dlqSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 						failed = errors.Join(failed, fmt.Errorf("dead letter %d: %w", n, err))
 						continue
 					}
-					fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s on %s\n", dl.ID, orDash(dl.MessageID), dl.Subject, brokerName(rf.broker))
+					fmt.Fprintf(e.stdout, "replayed %d (message %s) to %s on %s\n", dl.ID, orDash(cell(dl.MessageID)), cell(dl.Subject), brokerName(rf.broker))
 				}
 				return failed
 			}},
@@ -161,16 +162,16 @@ func parseIDs(args []string) ([]int64, error) {
 
 func printDeadLetter(e *env, dl inbox.DeadLetter) {
 	fmt.Fprintf(e.stdout, "id:         %d\nconsumer:   %s\nmessage id: %s\nsubject:    %s\nattempts:   %d\ncreated:    %s\n",
-		dl.ID, dl.Consumer, orDash(dl.MessageID), dl.Subject, dl.Attempts, dl.CreatedAt.UTC().Format(time.RFC3339))
+		dl.ID, cell(dl.Consumer), orDash(cell(dl.MessageID)), cell(dl.Subject), dl.Attempts, dl.CreatedAt.UTC().Format(time.RFC3339))
 	if dl.ReplayedAt != nil {
 		fmt.Fprintf(e.stdout, "replayed:   %s\n", dl.ReplayedAt.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(e.stdout, "reason:     %s\nheaders:\n", dl.Reason)
+	fmt.Fprintf(e.stdout, "reason:     %s\nheaders:\n", cell(dl.Reason))
 	for _, k := range slices.Sorted(maps.Keys(dl.Headers)) {
-		fmt.Fprintf(e.stdout, "  %s: %s\n", k, strings.Join(dl.Headers[k], ", "))
+		fmt.Fprintf(e.stdout, "  %s: %s\n", cell(k), cell(strings.Join(dl.Headers[k], ", ")))
 	}
 	if utf8.Valid(dl.Payload) {
-		fmt.Fprintf(e.stdout, "payload (%d bytes):\n%s\n", len(dl.Payload), dl.Payload)
+		fmt.Fprintf(e.stdout, "payload (%d bytes):\n%s\n", len(dl.Payload), untrusted.PrintableText(string(dl.Payload)))
 	} else {
 		fmt.Fprintf(e.stdout, "payload (%d bytes, binary):\n%x\n", len(dl.Payload), dl.Payload)
 	}

@@ -67,7 +67,7 @@ func effectsSubcommands(e *env, _ *flag.FlagSet, db *dbFlags) *subcommands {
 					return err
 				}
 				return writeList(e.stdout, *asJSON, rows, effectsJSON, "ID\tSTATE\tKIND\tSOURCE\tATTEMPTS\tUPDATED\tDETAIL", func(r sideeffect.Row) string {
-					return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s", r.ID, r.State, r.Kind, r.SourceID, r.Attempts, timestamp(r.UpdatedAt), detail(r))
+					return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s", r.ID, r.State, cell(r.Kind), cell(r.SourceID), r.Attempts, timestamp(r.UpdatedAt), cell(detail(r)))
 				})
 			}},
 			{name: "retry", flags: func(fs *flag.FlagSet) {

@@ -1,13 +1,24 @@
 package main
 
-import "strings"
+import (
+	"strings"
 
-// oneLine folds whitespace (newlines included) and cuts s to at most n
-// runes, for error texts in tables.
+	"github.com/oncekit/oncekit/internal/untrusted"
+)
+
+// oneLine folds whitespace (newlines included), cuts s to at most n runes
+// and escapes what a terminal would take for a command (cell), for error
+// texts in tables.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
+		s = string(r[:n-1]) + "…"
 	}
-	return s
+	return cell(s)
 }
+
+// cell is a value from outside (a message ID, a subject, a header, a
+// provider's text) as a table or a listing prints it: control characters
+// and invalid UTF-8 escaped, so that none reaches the operator's terminal.
+// --json escapes them as JSON does.
+func cell(s string) string { return untrusted.Printable(s) }

@@ -23,6 +23,22 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
+// The ops listener's limits: a request is read within opsReadTimeout, its
+// answer written within opsWriteTimeout (a scrape of a large registry
+// included), and a keep-alive connection left idle is closed after
+// opsIdleTimeout, so that idle or slow clients cannot hold connections.
+const (
+	opsReadTimeout  = 10 * time.Second
+	opsWriteTimeout = 30 * time.Second
+	opsIdleTimeout  = 60 * time.Second
+)
+
+// opsServer is the ops listener's server for h.
+func opsServer(h http.Handler, idle time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: opsReadTimeout,
+		WriteTimeout: opsWriteTimeout, IdleTimeout: idle}
+}
+
 // serveOps serves /healthz (healthy reports nil when the daemon is fine) and
 // /metrics on addr until ctx ends. An empty addr disables it. It returns once
 // the listener is bound, so a bad address is reported at start.
@@ -45,7 +61,7 @@ func serveOps(ctx context.Context, log *slog.Logger, addr string, reg *prometheu
 	if err != nil {
 		return usagef("--listen %s: %v", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := opsServer(mux, opsIdleTimeout)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -29,7 +29,7 @@ func outboxSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 		return writeList(e.stdout, *asJSON, entries, outboxEntriesJSON,
 			"SEQ\tID\tSTATE\tPART\tKEY\tSUBJECT\tBYTES\tATTEMPTS\tCREATED\tLAST ERROR", func(en outbox.Entry) string {
 				return fmt.Sprintf("%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", en.Seq, en.ID, en.State(), en.Partition,
-					en.Key, en.Subject, size(en.PayloadSize), en.Attempts, timestamp(en.CreatedAt), oneLine(en.LastError, 60))
+					cell(en.Key), cell(en.Subject), size(en.PayloadSize), en.Attempts, timestamp(en.CreatedAt), oneLine(en.LastError, 60))
 			})
 	}
 	return &subcommands{

@@ -2,21 +2,14 @@ package main
 
 import (
 	"log/slog"
-	"regexp"
+
+	secrets "github.com/oncekit/oncekit/internal/redact"
 )
 
-var (
-	urlPassword = regexp.MustCompile(`(://[^:/@\s]*):[^@\s]*@`)
-	kvPassword  = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|[^\s&]+)`)
-)
-
-// redact hides the passwords of the URLs and keyword/value connection
-// strings in s. Every error, log line and help text of the command goes
-// through it.
-func redact(s string) string {
-	s = urlPassword.ReplaceAllString(s, "${1}:xxxxx@")
-	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
-}
+// redact hides the credentials of the URLs (passwords, tokens) and
+// keyword/value connection strings in s. Every error, log line and help
+// text of the command goes through it.
+func redact(s string) string { return secrets.String(s) }
 
 // redactAttr is a slog ReplaceAttr that redacts string and error values.
 func redactAttr(_ []string, a slog.Attr) slog.Attr {

@@ -132,7 +132,10 @@ func insertPayment(ctx context.Context, tx pgx.Tx, ob *outbox.Outbox, cfg *confi
 
 // serve runs h on addr until ctx ends.
 func serve(ctx context.Context, addr string, h http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// Every phase of a connection is bounded: an idle or slow client
+	// cannot hold one.
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	select {

@@ -28,7 +28,7 @@ func newDispatcher(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (*sideeffe
 	base := strings.TrimRight(cfg.ProviderURL, "/")
 	providers := map[string]sideeffect.Provider{}
 	for kind, path := range map[string]string{kindCapture: "/capture", kindReceipt: "/email"} {
-		p, err := webhook.New(&webhook.Config{URL: base + path, Timeout: 2 * time.Second})
+		p, err := webhook.New(&webhook.Config{URL: base + path, Timeout: 2 * time.Second, Unsigned: true}) // the fake provider checks no signature
 		if err != nil {
 			return nil, err
 		}

@@ -74,3 +74,18 @@ func FuzzKey(f *testing.F) {
 		}
 	})
 }
+
+func TestPrintable(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"plain café":              "plain café",
+		"\x1b[2J\x1b]0;pwned\x07": `\x1b[2J\x1b]0;pwned\x07`,
+		"a\tb\nc\\d":              `a\tb\nc\\d`,
+		"csi \u009b31m":           `csi \u009b31m`,
+		"bad \xff":                `bad \xff`,
+		"bidi \u202e":             `bidi \u202e`,
+	} {
+		require.Equal(t, want, untrusted.Printable(in), "%q", in)
+	}
+	require.Equal(t, "line 1\n\tline 2 \\x1b", untrusted.PrintableText("line 1\n\tline 2 \x1b"))
+}

@@ -90,7 +90,7 @@ func TestKeyPresetsOnTheWire(t *testing.T) {
 		t.Run(tc.preset.Provider, func(t *testing.T) {
 			t.Parallel()
 			url, requests, _ := rawServer(t)
-			p, err := webhook.New(&webhook.Config{URL: url, Key: tc.preset})
+			p, err := webhook.New(&webhook.Config{Unsigned: true, URL: url, Key: tc.preset})
 			require.NoError(t, err)
 			_, err = p.Call(context.Background(), sideeffect.Call{ID: 1, Key: key, Kind: "charge", Payload: []byte(`{}`), Attempt: 1})
 			require.NoError(t, err)
@@ -126,7 +126,7 @@ func TestKeyPresetLimits(t *testing.T) {
 		t.Run(tc.preset.Provider, func(t *testing.T) {
 			t.Parallel()
 			url, requests, count := rawServer(t)
-			p, err := webhook.New(&webhook.Config{URL: url, Key: tc.preset})
+			p, err := webhook.New(&webhook.Config{Unsigned: true, URL: url, Key: tc.preset})
 			require.NoError(t, err)
 			call := func(key string) error {
 				_, err := p.Call(context.Background(), sideeffect.Call{ID: 1, Key: key, Kind: "charge", Payload: []byte(`{}`), Attempt: 1})
@@ -145,7 +145,7 @@ func TestKeyPresetLimits(t *testing.T) {
 			require.LessOrEqual(t, len(oncekit.DeriveKey("x")), tc.max, "oncekit's derived keys fit")
 		})
 	}
-	_, err := webhook.New(&webhook.Config{URL: "http://127.0.0.1:1", Key: webhook.KeyPreset{Header: "Bad Header"}})
+	_, err := webhook.New(&webhook.Config{Unsigned: true, URL: "http://127.0.0.1:1", Key: webhook.KeyPreset{Header: "Bad Header"}})
 	require.Error(t, err)
 }
 
@@ -173,7 +173,7 @@ func TestKeyCharacters(t *testing.T) {
 		{webhook.DefaultKey, "k ", 1},
 	} {
 		url, requests, count := rawServer(t)
-		p, err := webhook.New(&webhook.Config{URL: url, Key: tc.preset})
+		p, err := webhook.New(&webhook.Config{Unsigned: true, URL: url, Key: tc.preset})
 		require.NoError(t, err)
 		_, err = p.Call(context.Background(), sideeffect.Call{ID: 1, Key: tc.key, Kind: "charge", Payload: []byte(`{}`), Attempt: 1})
 		if tc.offset < 0 {
@@ -197,7 +197,7 @@ func TestKeyShortened(t *testing.T) {
 	t.Parallel()
 	preset := webhook.KeyPreset{Provider: "Acquirer", Header: "X-Request-Key", MaxLen: 32, Shorten: true, VisibleASCII: true}
 	url, requests, _ := rawServer(t)
-	p, err := webhook.New(&webhook.Config{URL: url, Key: preset})
+	p, err := webhook.New(&webhook.Config{Unsigned: true, URL: url, Key: preset})
 	require.NoError(t, err)
 	sent := func(key string) (header, id string) {
 		t.Helper()
@@ -226,7 +226,7 @@ func TestKeyShortened(t *testing.T) {
 	short, _ := sent("order-42")
 	require.Equal(t, "order-42", short, "a key within MaxLen goes as it is")
 
-	_, err = webhook.New(&webhook.Config{URL: url, Key: webhook.KeyPreset{Header: "X-K", MaxLen: 16, Shorten: true}})
+	_, err = webhook.New(&webhook.Config{Unsigned: true, URL: url, Key: webhook.KeyPreset{Header: "X-K", MaxLen: 16, Shorten: true}})
 	require.ErrorIs(t, err, webhook.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Config.Key.Shorten")
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/cfgerr"
+	"github.com/oncekit/oncekit/internal/redact"
 	"github.com/oncekit/oncekit/internal/untrusted"
 	"github.com/oncekit/oncekit/sideeffect"
 )
@@ -34,9 +35,18 @@ const (
 type Config struct {
 	// URL receives the POSTs. Required; http or https.
 	URL string
-	// Secret signs requests, written whsec_<base64 key>. Empty sends no
-	// webhook-signature.
+	// Secret signs requests, written whsec_<base64 key> (a key of 24 to 64
+	// bytes, as Standard Webhooks asks). Required, unless Unsigned is set.
 	Secret string
+	// Unsigned sends requests without a webhook-signature: the receiver
+	// cannot tell them from anyone else's. Only for a receiver that
+	// authenticates calls otherwise (Header's Authorization, mTLS).
+	// Defaults to false.
+	Unsigned bool
+	// AllowHTTP allows an http:// URL to a host other than loopback: calls,
+	// their payloads and their keys then cross the network in clear text.
+	// Defaults to false (https, or http to 127.0.0.0/8, ::1 or localhost).
+	AllowHTTP bool
 	// Timeout bounds each request. Defaults to 10s.
 	Timeout time.Duration
 	// ContentType of the payload. Defaults to "application/json".
@@ -69,6 +79,10 @@ type Config struct {
 	// dispatcher's Concurrency. Defaults to 64.
 	MaxConns int
 }
+
+// MaxRefBytes caps the receiver's reference (Config.RefHeader) a call
+// returns, and so what provider_ref stores of it.
+const MaxRefBytes = 256
 
 // Provider posts effects to one webhook endpoint. It implements
 // sideeffect.Provider and sideeffect.KeyHonourer.
@@ -145,9 +159,12 @@ func (c *Config) validate() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		shown := "an unparsable URL"
 		if u != nil {
-			shown = strconv.Quote(u.Redacted())
+			shown = strconv.Quote(redact.URL(u))
 		}
 		return bad("URL", "want an http(s) URL, got %s", shown)
+	}
+	if u.Scheme == "http" && !c.AllowHTTP && !loopback(u.Hostname()) {
+		return bad("URL", "%q is http to a host that is not loopback: use https, or set AllowHTTP", redact.URL(u))
 	}
 	if c.Timeout < 0 {
 		return bad("Timeout", "%s is negative", c.Timeout)
@@ -155,12 +172,38 @@ func (c *Config) validate() error {
 	if _, err := c.Key.keyHeader(); err != nil {
 		return err
 	}
-	if c.Secret != "" {
-		if _, err := ParseSecret(c.Secret); err != nil {
+	switch {
+	case c.Secret == "" && !c.Unsigned:
+		return bad("Secret", "required: requests are signed (whsec_<base64 key>), unless Unsigned is set")
+	case c.Secret != "" && c.Unsigned:
+		return bad("Unsigned", "set together with Secret; choose one")
+	case c.Secret != "":
+		key, err := ParseSecret(c.Secret)
+		if err != nil {
 			return bad("Secret", "%w", err)
+		}
+		if len(key) < MinSecretBytes || len(key) > MaxSecretBytes {
+			return bad("Secret", "a key of %d bytes; Standard Webhooks asks for %d to %d", len(key), MinSecretBytes, MaxSecretBytes)
 		}
 	}
 	return nil
+}
+
+// The length of a signing key Config.Secret may hold, after Standard
+// Webhooks.
+const (
+	MinSecretBytes = 24
+	MaxSecretBytes = 64
+)
+
+// loopback reports whether host is this machine's: localhost or a loopback
+// address.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // NewClient returns an HTTP client suited to webhook calls: keep-alive
@@ -259,14 +302,16 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 		resp, err = p.client.Do(req)
 	}
 	if err != nil {
-		return "", fmt.Errorf("webhook: POST %s: %w", p.url.Redacted(), err) // indefinite
+		return "", fmt.Errorf("webhook: POST %s: %w", redact.URL(p.url), err) // indefinite
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if resp.ContentLength != 0 { // an empty body needs no draining
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // keep the connection reusable
 		}
 		_ = resp.Body.Close()
-		ref := resp.Header.Get(p.cfg.RefHeader)
+		// The receiver's reference is untrusted: made storable, within
+		// MaxRefBytes.
+		ref := untrusted.Text(resp.Header.Get(p.cfg.RefHeader), MaxRefBytes)
 		if strings.EqualFold(resp.Header.Get(p.cfg.DuplicateHeader), "true") {
 			return ref, sideeffect.ErrDuplicate
 		}

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -98,7 +100,7 @@ func TestStatusClassification(t *testing.T) {
 				_, _ = w.Write([]byte("answer"))
 			}))
 			defer srv.Close()
-			p, err := webhook.New(&webhook.Config{URL: srv.URL})
+			p, err := webhook.New(&webhook.Config{Unsigned: true, URL: srv.URL})
 			require.NoError(t, err)
 			_, err = call(t, p)
 			if tc.ok {
@@ -124,7 +126,7 @@ func TestDuplicateReport(t *testing.T) {
 		w.Header().Set("Webhook-Ref", "evt_first")
 	}))
 	defer srv.Close()
-	p, err := webhook.New(&webhook.Config{URL: srv.URL})
+	p, err := webhook.New(&webhook.Config{Unsigned: true, URL: srv.URL})
 	require.NoError(t, err)
 	ref, err := call(t, p)
 	require.ErrorIs(t, err, sideeffect.ErrDuplicate)
@@ -143,7 +145,7 @@ func TestTransportErrorsAreIndefinite(t *testing.T) {
 	}))
 	defer slow.Close()
 	defer close(block)
-	p, err := webhook.New(&webhook.Config{URL: slow.URL, Timeout: 50 * time.Millisecond})
+	p, err := webhook.New(&webhook.Config{Unsigned: true, URL: slow.URL, Timeout: 50 * time.Millisecond})
 	require.NoError(t, err)
 	_, err = call(t, p)
 	require.Error(t, err)
@@ -152,7 +154,7 @@ func TestTransportErrorsAreIndefinite(t *testing.T) {
 
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
-	p, err = webhook.New(&webhook.Config{URL: gone.URL})
+	p, err = webhook.New(&webhook.Config{Unsigned: true, URL: gone.URL})
 	require.NoError(t, err)
 	_, err = call(t, p)
 	require.Error(t, err)
@@ -180,27 +182,27 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	for _, c := range []*webhook.Config{nil, {}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "http://x", Secret: "whsec_!!"}, {URL: "http://x", Timeout: -1}} {
+	for _, c := range []*webhook.Config{nil, {}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "https://x", Secret: "whsec_!!"}, {URL: "https://x", Timeout: -1}} {
 		_, err := webhook.New(c)
 		require.Error(t, err, "%+v", c)
 	}
-	p, err := webhook.New(&webhook.Config{URL: "https://example.com/hook", KeysIgnored: true})
+	p, err := webhook.New(&webhook.Config{Unsigned: true, URL: "https://example.com/hook", KeysIgnored: true})
 	require.NoError(t, err)
 	require.False(t, p.HonoursKeys())
 }
 
 func TestConfigErrorsNameTheFieldOnceAndHideCredentials(t *testing.T) {
 	t.Parallel()
-	_, err := webhook.New(&webhook.Config{URL: "http://x", Secret: "nope!"})
+	_, err := webhook.New(&webhook.Config{URL: "https://x", Secret: "nope!"})
 	require.ErrorIs(t, err, webhook.ErrInvalidSecret)
 	require.Equal(t, 1, strings.Count(err.Error(), "webhook:"), err.Error())
 	require.Contains(t, err.Error(), "Config.Secret")
 
-	_, err = webhook.New(&webhook.Config{URL: "ftp://user:S3cret@host/x"})
+	_, err = webhook.New(&webhook.Config{Unsigned: true, URL: "ftp://user:S3cret@host/x"})
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "S3cret")
 
-	p, err := webhook.New(&webhook.Config{URL: "http://user:S3cret@127.0.0.1:1/hook", Timeout: time.Second})
+	p, err := webhook.New(&webhook.Config{Unsigned: true, URL: "http://user:S3cret@127.0.0.1:1/hook", Timeout: time.Second})
 	require.NoError(t, err)
 	_, err = p.Call(context.Background(), sideeffect.Call{ID: 1, Kind: "k", Key: "key"})
 	require.Error(t, err)
@@ -215,17 +217,61 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	}{
 		{"URL", nil},
 		{"URL", &webhook.Config{}},
-		{"URL", &webhook.Config{URL: "ftp://host/x"}},
-		{"Timeout", &webhook.Config{URL: "http://x", Timeout: -1}},
-		{"Key.MaxLen", &webhook.Config{URL: "http://x", Key: webhook.KeyPreset{MaxLen: -1}}},
-		{"Key.Header", &webhook.Config{URL: "http://x", Key: webhook.KeyPreset{Header: "bad header"}}},
-		{"Secret", &webhook.Config{URL: "http://x", Secret: "nope!"}},
+		{"URL", &webhook.Config{Unsigned: true, URL: "ftp://host/x"}},
+		{"Timeout", &webhook.Config{Unsigned: true, URL: "https://x", Timeout: -1}},
+		{"Key.MaxLen", &webhook.Config{Unsigned: true, URL: "https://x", Key: webhook.KeyPreset{MaxLen: -1}}},
+		{"Key.Header", &webhook.Config{Unsigned: true, URL: "https://x", Key: webhook.KeyPreset{Header: "bad header"}}},
+		{"Secret", &webhook.Config{URL: "https://x", Secret: "nope!"}},
 	} {
 		_, err := webhook.New(tc.cfg)
 		require.ErrorIs(t, err, webhook.ErrInvalidConfig, "%+v", tc.cfg)
 		require.True(t, strings.HasPrefix(err.Error(), "webhook: Config."+tc.field+": "), "%v", err)
 	}
 	// A negative field reads as every Config's does.
-	_, err := webhook.New(&webhook.Config{URL: "http://x", Timeout: -1})
+	_, err := webhook.New(&webhook.Config{Unsigned: true, URL: "https://x", Timeout: -1})
 	require.EqualError(t, err, "webhook: Config.Timeout: -1ns is negative")
+}
+
+// A provider is signed unless unsigned calls are chosen, its secret has the
+// length Standard Webhooks asks for, http:// is for loopback unless allowed,
+// and the stored reference is capped and made storable.
+func TestProviderRefusesUnsafeConfigs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		field string
+		cfg   webhook.Config
+	}{
+		{"Secret", webhook.Config{URL: "https://hooks.example.com/in"}},
+		{"Unsigned", webhook.Config{URL: "https://hooks.example.com/in", Secret: secret, Unsigned: true}},
+		{"Secret", webhook.Config{URL: "https://hooks.example.com/in", Secret: "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 16))}},
+		{"Secret", webhook.Config{URL: "https://hooks.example.com/in", Secret: "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 65))}},
+		{"URL", webhook.Config{URL: "http://hooks.example.com/in", Secret: secret}},
+		{"URL", webhook.Config{URL: "http://10.0.0.1/in", Secret: secret}},
+	} {
+		_, err := webhook.New(&tc.cfg)
+		require.ErrorIs(t, err, webhook.ErrInvalidConfig, "%+v", tc.cfg)
+		require.ErrorContains(t, err, "Config."+tc.field)
+	}
+	for _, ok := range []webhook.Config{
+		{URL: "http://127.0.0.1:1/in", Secret: secret},
+		{URL: "http://localhost:1/in", Unsigned: true},
+		{URL: "http://[::1]:1/in", Secret: secret},
+		{URL: "http://hooks.example.com/in", Secret: secret, AllowHTTP: true},
+		{URL: "https://hooks.example.com/in", Secret: "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 64))},
+	} {
+		_, err := webhook.New(&ok)
+		require.NoError(t, err, "%+v", ok)
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Webhook-Ref", strings.Repeat("r\xff", 1000))
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	p, err := webhook.New(&webhook.Config{URL: srv.URL, Secret: secret})
+	require.NoError(t, err)
+	ref, err := p.Call(context.Background(), sideeffect.Call{Key: "k", Payload: []byte(`{}`), Kind: "x", Attempt: 1})
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(ref), webhook.MaxRefBytes)
+	require.True(t, utf8.ValidString(ref))
 }
