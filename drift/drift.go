@@ -279,8 +279,13 @@ type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// statementTimeoutSlack is how much longer than CheckTimeout the server lets
+// a check's statement run: the context's deadline cancels it first, and the
+// statement timeout ends it should the cancellation be lost.
+const statementTimeoutSlack = time.Second
+
 // readOnly runs chk in a READ ONLY transaction whose statements time out
-// after CheckTimeout, then rolls it back: a rule is the operator's SQL, and
+// soon after CheckTimeout, then rolls it back: a rule is the operator's SQL, and
 // a mistake in it (a function that writes, a query that never ends) fails
 // the check instead of changing data or holding a backend. On a transaction
 // it runs under a savepoint, whose settings end with it.
@@ -291,7 +296,7 @@ func (c *Checker) readOnly(ctx context.Context, chk check) (Finding, error) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, `SELECT set_config('transaction_read_only', 'on', true), set_config('statement_timeout', $1, true)`,
-		strconv.FormatInt(max(c.cfg.CheckTimeout.Milliseconds(), 1), 10)); err != nil {
+		strconv.FormatInt((c.cfg.CheckTimeout + statementTimeoutSlack).Milliseconds(), 10)); err != nil {
 		return Finding{}, fmt.Errorf("read-only transaction: %w", err)
 	}
 	return chk.run(ctx, tx)
