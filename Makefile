@@ -71,10 +71,19 @@ build: ## build the oncekit binary into bin/
 vet: ## go vet
 	$(GO) vet ./...
 
-fuzz: ## run each fuzz target for 30 s
-	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./idempotency/
-	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./idempotency/
-	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./sideeffect/webhook/
+FUZZTIME ?= 30s
+# Every fuzz target, as package:target. The hostile-input targets (inbox,
+# sideeffect, idempotency) go through a real PostgreSQL and NATS.
+FUZZ_TARGETS := ./inbox:FuzzConsumeHostileMessages ./sideeffect:FuzzDispatchHostileAnswers \
+	./idempotency:FuzzEdgeHostileRequests ./idempotency:FuzzCanonicalJSON ./idempotency:FuzzParseKey \
+	./sideeffect/webhook:FuzzParseRetryAfter ./trace:FuzzTraceparent ./internal/untrusted:FuzzKey \
+	./internal/redact:FuzzString ./internal/chaos:FuzzCommitTracker
+
+fuzz: ## run every fuzz target for FUZZTIME each (30s unless set); their seed corpora run in `make test`
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 clean: ## remove build output
 	rm -rf bin bench.txt bench-summary.txt bench-scale.txt

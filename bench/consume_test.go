@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/eventsig"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
@@ -87,6 +90,11 @@ func BenchmarkConsume(b *testing.B) {
 		{"watermill", watermill, nil},
 		{"oncekit-noclaim", oncekit(consumeBatch, true, false), nil},
 		{"oncekit-noclaim-queue", oncekit(consumeBatch, true, true), nil},
+		// oncekit-batch with inbox.Config.Verifier: the Ed25519 check of
+		// every message before its claim (eventsig).
+		{"oncekit-batch-signed", func(b *testing.B, env *consumeEnv) {
+			env.runOncekitVerified(b, consumeBatch, false, false, true)
+		}, nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
@@ -158,6 +166,9 @@ type consumeEnv struct {
 	// run on tables filled with old claims sets -1, so that the consumer's
 	// own retention does not delete them while it is timed.
 	retention time.Duration
+	// verifier checks the Ed25519 signature every message is published
+	// with: the signed contender sets it as Config.Verifier.
+	verifier *eventsig.Verifier
 }
 
 func newConsumeEnv(b *testing.B, n int) *consumeEnv {
@@ -210,6 +221,16 @@ func newConsumeEnvOn(b *testing.B, db *testenv.DB, n, keys int) *consumeEnv {
 		b.Fatal(err)
 	}
 	payload := []byte(`{"amount":1250,"currency":"EUR","account":"acc-000123"}`)
+	// Every message is signed, for every contender: the signed one pays
+	// for verifying, the others carry the same headers unread.
+	public, private, _ := ed25519.GenerateKey(crand.Reader)
+	signer, err := eventsig.NewSigner("bench", private)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if env.verifier, err = eventsig.NewVerifier(map[string]ed25519.PublicKey{"bench": public}); err != nil {
+		b.Fatal(err)
+	}
 	for off := 0; off < n; off += 1000 {
 		msgs := make([]broker.Message, min(1000, n-off))
 		for i := range msgs {
@@ -217,6 +238,7 @@ func newConsumeEnvOn(b *testing.B, db *testenv.DB, n, keys int) *consumeEnv {
 			if keys > 0 {
 				msgs[i].Key = "acc-" + strconv.Itoa(rand.IntN(keys))
 			}
+			msgs[i] = signer.Sign(msgs[i])
 		}
 		for _, r := range pub.Publish(ctx, msgs) {
 			if r.Err != nil {
@@ -266,6 +288,12 @@ func effectHandler(queued bool) inbox.Handler {
 }
 
 func (env *consumeEnv) runOncekit(b *testing.B, batch int, noClaim, queued bool) {
+	env.runOncekitVerified(b, batch, noClaim, queued, false)
+}
+
+// runOncekitVerified is runOncekit, verifying each message's signature
+// before its claim when verify is set.
+func (env *consumeEnv) runOncekitVerified(b *testing.B, batch int, noClaim, queued, verify bool) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -274,10 +302,14 @@ func (env *consumeEnv) runOncekit(b *testing.B, batch int, noClaim, queued bool)
 		b.Fatal(err)
 	}
 	defer src.Close()
-	c, err := inbox.NewConsumer(env.pool, src, effectHandler(queued), &inbox.Config{
+	cfg := &inbox.Config{
 		Name: "bench", Schema: env.db.Schema, Concurrency: consumeConcurrency, BatchSize: batch,
 		DisableClaim: noClaim, Retention: env.retention, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if verify {
+		cfg.Verifier = env.verifier
+	}
+	c, err := inbox.NewConsumer(env.pool, src, effectHandler(queued), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -296,7 +296,7 @@ func (c *Checker) readOnly(ctx context.Context, chk check) (Finding, error) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, `SELECT set_config('transaction_read_only', 'on', true), set_config('statement_timeout', $1, true)`,
-		strconv.FormatInt((c.cfg.CheckTimeout + statementTimeoutSlack).Milliseconds(), 10)); err != nil {
+		strconv.FormatInt((c.cfg.CheckTimeout+statementTimeoutSlack).Milliseconds(), 10)); err != nil {
 		return Finding{}, fmt.Errorf("read-only transaction: %w", err)
 	}
 	return chk.run(ctx, tx)

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"cmp"
+	"github.com/oncekit/oncekit/broker"
 	"log/slog"
 	"time"
 
@@ -117,6 +118,19 @@ type Config struct {
 	// tracestate headers) into the context its handler call gets, in batch
 	// mode too. Defaults to trace.W3C.
 	Propagator trace.Propagator
+	// Verifier, when set, authenticates every message before its claim
+	// (eventsig.Verifier checks the relay's Ed25519 signatures): a message
+	// it refuses is dead-lettered with reason "unauthenticated: …" and no
+	// claim, so a forged message under a genuine event's ID does not keep
+	// the genuine event out. Defaults to nil: messages are not
+	// authenticated.
+	Verifier Verifier
+}
+
+// Verifier authenticates a message; an error means it is not to be
+// trusted. eventsig.Verifier is one.
+type Verifier interface {
+	Verify(msg *broker.Message) error
 }
 
 // ExponentialBackoff returns a Backoff that waits initial after the first

@@ -302,6 +302,7 @@ type item struct {
 	dseq     uint64 // position among the source's deliveries; 0 when unknown
 	attempt  int
 	failed   bool      // ordered retry: this one failed (vs. waits behind one)
+	verified bool      // Config.Verifier has looked at it
 	received time.Time // when the consumer received it: the in-hand age
 
 	holds     int       // ordered: times held back
@@ -337,6 +338,25 @@ func (c *Consumer) decode(d Delivery) *item {
 		Attempt: it.attempt,
 	}
 	return it
+}
+
+// verify authenticates the messages of items with Config.Verifier, on the
+// worker (so that signatures are checked in parallel), before any claim. A
+// message it refuses is left without a claimable ID and dead-lettered as
+// unauthenticated: the event's ID stays free for the genuine event.
+func (c *Consumer) verify(items []*item) {
+	if c.cfg.Verifier == nil {
+		return
+	}
+	for _, it := range items {
+		if it.msg == nil || it.verified {
+			continue
+		}
+		it.verified = true
+		if err := c.cfg.Verifier.Verify(&it.msg.Message); err != nil {
+			it.msg, it.reason = nil, reasonUnauthenticated+err.Error()
+		}
+	}
 }
 
 func (c *Consumer) logger(it *item) *slog.Logger {

@@ -61,6 +61,9 @@ const (
 	ReasonNoID        = "no message id"
 	ReasonInvalidID   = "invalid message id"
 	reasonMaxAttempts = "max attempts reached: "
+	// reasonUnauthenticated starts the reason of a message Config.Verifier
+	// refused.
+	reasonUnauthenticated = "unauthenticated: "
 )
 
 func invalidID(raw string) string { return fmt.Sprintf("%s %q", ReasonInvalidID, raw) }

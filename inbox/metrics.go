@@ -12,7 +12,7 @@ import (
 type metrics struct {
 	processed, duplicates, retried prometheus.Counter
 	terminated                     prometheus.Counter
-	deadLettered                   *prometheus.CounterVec // label reason: permanent, max_attempts, no_id, invalid_id
+	deadLettered                   *prometheus.CounterVec // label reason: permanent, max_attempts, no_id, invalid_id, unauthenticated
 	handlerSeconds                 prometheus.Observer
 	batchSize                      prometheus.Observer
 	hitRatio                       prometheus.Gauge
@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, consumer string) *metrics {
 		}, []string{"consumer"})).WithLabelValues(consumer)
 	}
 	dead := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts(opts("dead_lettered_total",
-		"Messages written to dead_letters, by reason (permanent, max_attempts, no_id, invalid_id).")), []string{"consumer", "reason"}))
+		"Messages written to dead_letters, by reason (permanent, max_attempts, no_id, invalid_id, unauthenticated).")), []string{"consumer", "reason"}))
 	gauge := func(name, help string) prometheus.Gauge {
 		return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts(opts(name, help)), []string{"consumer"})).WithLabelValues(consumer)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,8 +77,11 @@ func (c *Consumer) lastDelivery(it *item) bool {
 }
 
 func deadKind(reason string) string {
-	if reason == ReasonNoID {
+	switch {
+	case reason == ReasonNoID:
 		return "no_id"
+	case strings.HasPrefix(reason, reasonUnauthenticated):
+		return "unauthenticated"
 	}
 	return "invalid_id"
 }
@@ -116,6 +120,7 @@ func definiteRollback(err error) bool {
 // messages to retry in place instead of asking for redelivery.
 func (c *Consumer) process(ctx context.Context, items []*item) []*item {
 	c.m.batchSize.Observe(float64(len(items)))
+	c.verify(items)
 	for _, it := range items {
 		if it.msg != nil {
 			it.msg.Attempt = it.attempt

@@ -2,16 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/eventsig"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/outbox"
 )
@@ -35,6 +40,8 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		dupWindow = fs.Duration("duplicates", natsjs.DefaultDuplicates, "dedup window of --stream: a re-publish within it is absorbed by JetStream")
 		logFormat = fs.String("log-format", "text", "log format: text or json")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		signKey   = fs.String("signing-key", "", "`FILE` holding the base64 Ed25519 private key (or 32-byte seed) that signs every event (eventsig); off by default")
+		signKeyID = fs.String("signing-key-id", "", "`ID` naming --signing-key in each signature, so consumers can hold several keys during a rotation")
 	)
 	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
 	fs.Var(&partitionsFlag, "partitions", fmt.Sprintf("`N`, the number of partitions; must equal the writers' outbox.Config.Partitions (default: env ONCEKIT_PARTITIONS, else %d)", outbox.DefaultPartitions))
@@ -98,9 +105,17 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	pub, err := natsjs.NewPublisher(nc, nil)
+	np, err := natsjs.NewPublisher(nc, nil)
 	if err != nil {
 		return err
+	}
+	var pub broker.Publisher = np
+	if *signKey != "" || *signKeyID != "" {
+		signer, err := readSigner(*signKey, *signKeyID)
+		if err != nil {
+			return usagef("--signing-key: %v", err)
+		}
+		pub = eventsig.SignPublisher(np, signer)
 	}
 	relay, err := outbox.NewRelay(pool, pub, &cfg)
 	if err != nil {
@@ -135,4 +150,29 @@ func newLogger(e *env, format, level string) (*slog.Logger, error) {
 	default:
 		return nil, usagef("--log-format: %q: want text or json", format)
 	}
+}
+
+// readSigner reads the Ed25519 key in file (base64: a 64-byte private key
+// or its 32-byte seed) for a Signer named keyID. The key never reaches an
+// error message.
+func readSigner(file, keyID string) (*eventsig.Signer, error) {
+	if file == "" || keyID == "" {
+		return nil, errors.New("give both --signing-key and --signing-key-id")
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return nil, fmt.Errorf("%s does not hold base64", file)
+	}
+	switch len(key) {
+	case ed25519.SeedSize:
+		key = ed25519.NewKeyFromSeed(key)
+	case ed25519.PrivateKeySize:
+	default:
+		return nil, fmt.Errorf("%s holds %d bytes; want an Ed25519 seed (32) or private key (64)", file, len(key))
+	}
+	return eventsig.NewSigner(keyID, ed25519.PrivateKey(key))
 }
