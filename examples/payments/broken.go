@@ -23,11 +23,14 @@ const (
 	brokenFreshKey = "fresh-provider-key"
 )
 
-// ackOnReceive acks deliveries before the consumer handles them.
-type ackOnReceive struct{ inbox.Source }
+// ackOnReceive acks deliveries before the consumer handles them. It keeps
+// the source's order (an OrderedSource, as the real consumer reads), so the
+// broken consumer works as the real one does, and loses only what a killed
+// process had received and not committed.
+type ackOnReceive struct{ inbox.OrderedSource }
 
 func (s ackOnReceive) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
-	ds, err := s.Source.Receive(ctx, max)
+	ds, err := s.OrderedSource.Receive(ctx, max)
 	for _, d := range ds {
 		_ = d.Ack(ctx)
 	}

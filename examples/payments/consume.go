@@ -29,7 +29,7 @@ func runConsume(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstre
 // two side effects; it acks the broker only after that commit. Ordered: an
 // account's payments are applied in the order they were created.
 func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*inbox.Consumer, error) {
-	var src inbox.Source
+	var src inbox.OrderedSource
 	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{
 		Stream: stream, Durable: consumerName, FilterSubjects: []string{subject}, AckWait: cfg.AckWait,
 	})

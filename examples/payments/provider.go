@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,9 @@ type provider struct {
 	calls []Call
 	done  map[string]string // key → reference of the execution
 }
+
+// refusedPage is the body of a refused call.
+var refusedPage = []byte(strings.Repeat("<p>Service momentan\xe9ment indisponible \xe0 cause d\x00une maintenance. R\xe9essayez.</p>", 40))
 
 func newProvider(failRate, loseRate float64) *provider {
 	return &provider{failRate: failRate, loseRate: loseRate, done: map[string]string{}}
@@ -73,7 +77,11 @@ func (p *provider) act(kind string) http.HandlerFunc {
 		if rand.Float64() < p.failRate {
 			call.Outcome = "refused"
 			p.keep(call)
-			http.Error(w, "try again", http.StatusServiceUnavailable)
+			// An error page as real providers send them: in a legacy
+			// encoding, with a NUL, longer than a dispatcher keeps of it.
+			w.Header().Set("Content-Type", "text/html; charset=iso-8859-1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write(refusedPage)
 			return
 		}
 		p.mu.Lock()

@@ -33,7 +33,8 @@ const (
 	InvEffectsSettled  = "effects_settled"             // nothing pending, fired, unknown or failed
 	InvOutboxDrained   = "outbox_drained"              // nothing unpublished or parked
 	InvEdgeSettled     = "edge_settled"                // no request in progress
-	InvNoDeadLetters   = "no_dead_letters"             // no message given up on
+	InvNoDeadLetters   = "no_dead_letters"             // no message given up on, but the hostile ones
+	InvHostileSettled  = "hostile_dead_lettered_once"  // every hostile message in exactly one dead letter
 	InvDriftClean      = "drift_clean"                 // `oncekit drift` exits 0
 	effectKindCapture  = "provider.capture"
 	effectKindReceipt  = "receipt.email"
@@ -58,6 +59,10 @@ type Verdict struct {
 	ProviderCalls, Executions        int
 	Lost, DuplicateEffects           int
 	MismatchedKeys, OrderViolations  int
+	// Hostile traffic: malformed messages published (acknowledged, and
+	// sent without an answer), their dead letters, and the provider's
+	// refusals, each answered with an error page that is not UTF-8.
+	HostileSent, HostileMaybe, HostileDeadLettered, GarbageErrorPages int
 	// Violations holds, per violated invariant, a few examples.
 	Violations map[string][]string
 	violated   map[string]int
@@ -89,8 +94,13 @@ type payment struct {
 
 // Check holds the drained system to the history: what clients were told,
 // what the database and the stream hold, and what the provider saw.
-func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, calls []ProviderCall, stream []StreamEvent) (*Verdict, error) {
+func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, calls []ProviderCall, stream []StreamEvent, hostile *Hostile) (*Verdict, error) {
 	v := &Verdict{Ops: len(ops), ProviderCalls: len(calls)}
+	for _, c := range calls {
+		if c.Outcome == "refused" {
+			v.GarbageErrorPages++
+		}
+	}
 	t := func(name string) string { return `"` + schema + `".` + name }
 	ob, err := outbox.New(&outbox.Config{Schema: schema})
 	if err != nil {
@@ -118,6 +128,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, cal
 		return nil, err
 	}
 	checkProvider(v, calls, payments)
+	if err := checkHostile(ctx, v, pool, schema, hostile); err != nil {
+		return nil, err
+	}
 	if err := checkSettled(ctx, v, pool, ob, t); err != nil {
 		return nil, err
 	}
@@ -337,7 +350,7 @@ func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, ob *outbo
 	if err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM `+t("outbox")+` WHERE parked_at IS NOT NULL),
 		(SELECT count(*) FROM `+t("idempotency_keys")+` WHERE state = 'in_progress'),
-		(SELECT count(*) FROM `+t("dead_letters")+`)`).Scan(&parked, &inProgress, &dead); err != nil {
+		(SELECT count(*) FROM `+t("dead_letters")+` WHERE substring(payload FROM 1 FOR 8) <> '`+hostilePrefix+`'::bytea)`).Scan(&parked, &inProgress, &dead); err != nil {
 		return fmt.Errorf("count parked messages, requests in progress and dead letters: %w", err)
 	}
 	if backlog.Pending > 0 || parked > 0 {
@@ -356,7 +369,47 @@ func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, ob *outbo
 // fault counts (Run adds them).
 func (v *Verdict) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d",
-		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations)
+	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d",
+		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations,
+		v.HostileSent, v.HostileMaybe, v.HostileDeadLettered, v.GarbageErrorPages)
 	return b.String()
+}
+
+// checkHostile finds where each hostile message ended: every one the
+// broker acknowledged in exactly one dead letter (at least one without an
+// ID), every one sent without an answer in at most one, and no dead letter
+// of a hostile message the run did not send.
+func checkHostile(ctx context.Context, v *Verdict, pool *pgxpool.Pool, schema string, h *Hostile) error {
+	if h == nil {
+		return nil
+	}
+	rows, err := pool.Query(ctx, `SELECT convert_from(payload, 'UTF8'), count(*) FROM "`+schema+`".dead_letters
+		WHERE substring(payload FROM 1 FOR 8) = '`+hostilePrefix+`'::bytea GROUP BY payload`)
+	if err != nil {
+		return fmt.Errorf("read hostile dead letters: %w", err)
+	}
+	seen := map[string]int{}
+	var payload string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&payload, &n}, func() error { seen[payload] = n; return nil }); err != nil {
+		return fmt.Errorf("read hostile dead letters: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v.HostileSent, v.HostileMaybe = len(h.acked), len(h.maybe)
+	for payload, n := range seen {
+		v.HostileDeadLettered += n
+		switch {
+		case !h.acked[payload] && !h.maybe[payload]:
+			v.fail(InvHostileSettled, "a dead letter of a hostile message never sent: %q", payload)
+		case n > 1 && !h.noID[payload]:
+			v.fail(InvHostileSettled, "%q dead-lettered %d times", payload, n)
+		}
+	}
+	for payload := range h.acked {
+		if seen[payload] == 0 {
+			v.fail(InvHostileSettled, "%q acknowledged by the broker and never dead-lettered", payload)
+		}
+	}
+	return nil
 }
