@@ -365,13 +365,23 @@ func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, ob *outbo
 	return nil
 }
 
+// Progress is the share of the acknowledged payments that reached the
+// ledger: a broken build that merely stopped working is caught by any
+// checker, so the broken builds must show progress too.
+func (v *Verdict) Progress() float64 {
+	if v.OK == 0 {
+		return 0
+	}
+	return min(float64(v.LedgerEntries)/float64(v.OK), 1)
+}
+
 // Summary is the verdict in one machine-readable line, without the run's
 // fault counts (Run adds them).
 func (v *Verdict) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d",
+	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d progress=%.3f",
 		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations,
-		v.HostileSent, v.HostileMaybe, v.HostileDeadLettered, v.GarbageErrorPages)
+		v.HostileSent, v.HostileMaybe, v.HostileDeadLettered, v.GarbageErrorPages, v.Progress())
 	return b.String()
 }
 
