@@ -38,10 +38,10 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 			dir, err := os.MkdirTemp("", "oncekit-chaos-test-") // not t.TempDir: the postgres user must reach it
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			// Kills a third as often as the real run's: a consumer that acks
+			// Kills a fifth as often as the real run's: a consumer that acks
 			// on receive loses everything it holds when killed, and the run
 			// must still show progress.
-			res, err := Run(ctx, Options{Duration: 30 * time.Second, Broken: tc.broken, Dir: dir, Log: tlog{t}, KillEvery: 6 * time.Second})
+			res, err := Run(ctx, Options{Duration: 30 * time.Second, Broken: tc.broken, Dir: dir, Log: tlog{t}, KillEvery: 10 * time.Second})
 			require.NoError(t, err)
 			t.Log(res.Line())
 			require.GreaterOrEqual(t, res.Verdict.Progress(), 0.9, "the broken build stopped making progress")
