@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
+
+	"github.com/oncekit/oncekit/broker"
 
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/sideeffect"
@@ -15,26 +18,44 @@ import (
 // the chaos checker can be shown to catch what each guarantee prevents. A
 // real service never sets it.
 const (
-	// brokenAckBeforeCommit acks each message as soon as it arrives, before
-	// its transaction commits: a crash in between loses the ledger entry.
+	// brokenAckBeforeCommit acks each message from its handler, before its
+	// transaction commits: a crash in between loses the ledger entry.
 	brokenAckBeforeCommit = "ack-before-commit"
 	// brokenFreshKey sends every provider call with a new idempotency key
 	// instead of the effect's derived one: a retried call acts twice.
 	brokenFreshKey = "fresh-provider-key"
 )
 
-// ackOnReceive acks deliveries before the consumer handles them. It keeps
-// the source's order (an OrderedSource, as the real consumer reads), so the
-// broken consumer works as the real one does, and loses only what a killed
-// process had received and not committed.
-type ackOnReceive struct{ inbox.OrderedSource }
+// ackInHandler lets the handler ack its message once it has done its work,
+// before the transaction commits: the bug of a handler that acks early. The
+// consumer is the real ordered one otherwise; a process that dies between
+// the ack and the commit loses that message, and an ack that moves the
+// floor before the commit lets the ordered gate take the message for
+// applied.
+type ackInHandler struct {
+	inbox.OrderedSource
+	flush    func() error // waits until the ack reached the server
+	received sync.Map     // event ID -> inbox.Delivery
+}
 
-func (s ackOnReceive) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+func (s *ackInHandler) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
 	ds, err := s.OrderedSource.Receive(ctx, max)
 	for _, d := range ds {
-		_ = d.Ack(ctx)
+		id := d.Header(broker.HeaderEventID)
+		if id == "" {
+			id = d.Header(broker.HeaderMsgID)
+		}
+		s.received.Store(id, d)
 	}
 	return ds, err
+}
+
+// ack acks m's delivery at the broker, from inside the handler.
+func (s *ackInHandler) ack(ctx context.Context, m *inbox.Message) {
+	if d, ok := s.received.LoadAndDelete(m.ID.String()); ok {
+		_ = d.(inbox.Delivery).Ack(ctx)
+		_ = s.flush()
+	}
 }
 
 // freshKey calls the provider with a random key, while still claiming to

@@ -36,15 +36,23 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	if err != nil {
 		return nil, err
 	}
+	var early *ackInHandler
 	if cfg.Broken == brokenAckBeforeCommit {
-		src = ackOnReceive{src}
+		early = &ackInHandler{OrderedSource: src, flush: js.Conn().Flush}
+		src = early
 	}
 	ledger, err := sideeffect.New(&sideeffect.Config{Schema: cfg.Schema})
 	if err != nil {
 		return nil, err
 	}
 	h := inbox.JSON(func(ctx context.Context, tx pgx.Tx, m *inbox.Message, ev PaymentCreated) error {
-		return applyPayment(ctx, tx, ledger, cfg, m, ev)
+		if err := applyPayment(ctx, tx, ledger, cfg, m, ev); err != nil {
+			return err
+		}
+		if early != nil {
+			early.ack(ctx, m)
+		}
+		return nil
 	})
 	return inbox.NewConsumer(pool, src, h, &inbox.Config{
 		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,

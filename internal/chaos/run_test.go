@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -20,17 +19,19 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 		t.Skip("a chaos run takes about a minute")
 	}
 	for _, tc := range []struct {
-		broken string
-		// violated must all be named; of anyOf, at least one.
-		violated, anyOf []string
-		whatBroke       string
+		broken    string
+		violated  []string
+		whatBroke string
+		// A longer run with more kills for a bug whose window is narrow:
+		// the ack-before-commit build loses a message only when a
+		// consumer dies between its handler's ack and its commit (the
+		// inbox.before-commit crash point, armed on some restarts).
+		duration, killEvery time.Duration
 	}{
-		// Acking on receive moves the ack floor past messages not yet
-		// applied, which the ordered consumer's gate trusts (an account's
-		// later payments overtake), and loses what a killed consumer held.
-		{"ack-before-commit", nil, []string{InvLedgerOnce, InvOrder},
-			"messages acked before their transaction committed were applied out of order or lost with the killed consumer"},
-		{"fresh-provider-key", []string{InvEffectOnce, InvKeyStable}, nil, "a retried call with a new key made the provider act twice"},
+		{"ack-before-commit", []string{InvLedgerOnce},
+			"a message acked before its transaction committed was lost with the killed consumer", time.Minute, time.Second},
+		{"fresh-provider-key", []string{InvEffectOnce, InvKeyStable},
+			"a retried call with a new key made the provider act twice", 30 * time.Second, 0},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -38,10 +39,7 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 			dir, err := os.MkdirTemp("", "oncekit-chaos-test-") // not t.TempDir: the postgres user must reach it
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			// Kills a fifth as often as the real run's: a consumer that acks
-			// on receive loses everything it holds when killed, and the run
-			// must still show progress.
-			res, err := Run(ctx, Options{Duration: 30 * time.Second, Broken: tc.broken, Dir: dir, Log: tlog{t}, KillEvery: 10 * time.Second})
+			res, err := Run(ctx, Options{Duration: tc.duration, KillEvery: tc.killEvery, Broken: tc.broken, Dir: dir, Log: tlog{t}})
 			require.NoError(t, err)
 			t.Log(res.Line())
 			require.GreaterOrEqual(t, res.Verdict.Progress(), 0.9, "the broken build stopped making progress")
@@ -49,22 +47,10 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 			for _, inv := range tc.violated {
 				require.Contains(t, res.Verdict.Violated(), inv, tc.whatBroke)
 			}
-			if len(tc.anyOf) > 0 {
-				require.NotEmpty(t, intersect(tc.anyOf, res.Verdict.Violated()), "%s: want one of %v", tc.whatBroke, tc.anyOf)
-			}
+
 			require.Contains(t, res.Line(), "verdict=FAIL violated=")
 		})
 	}
-}
-
-func intersect(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 type tlog struct{ t *testing.T }
