@@ -39,16 +39,19 @@ func FuzzString(f *testing.F) {
 		f.Add(s, "host")
 	}
 	f.Fuzz(func(t *testing.T, secret, host string) {
-		if len(secret) < 4 || strings.ContainsAny(secret, " \t\r\n\"'<>`,?#") || strings.ContainsAny(host, "@/?#: \t\r\n\"'<>`") || host == "" ||
-			strings.Contains(host, secret) || strings.Contains("postgres://app:@/db nats://:4222 xxxxx", secret) {
-			t.Skip() // a secret that is also found in the rest of the URL
-
+		if len(secret) < 4 || strings.ContainsAny(secret, " \t\r\n\"'<>`,?#") || strings.ContainsAny(host, "@/?#: \t\r\n\"'<>`") || host == "" {
+			t.Skip()
 		}
-		urls := []string{"postgres://app:" + secret + "@" + host + "/db"}
+		// Each URL with the redaction it must get: a secret found in that
+		// (in the host, say) proves nothing.
+		urls := map[string]string{"postgres://app:" + secret + "@" + host + "/db": "postgres://app:xxxxx@" + host + "/db"}
 		if !strings.Contains(secret, ":") { // a token (with a ':' it is a user and a password)
-			urls = append(urls, "nats://"+secret+"@"+host+":4222")
+			urls["nats://"+secret+"@"+host+":4222"] = "nats://xxxxx@" + host + ":4222"
 		}
-		for _, s := range urls {
+		for s, want := range urls {
+			if strings.Contains(want, secret) {
+				continue
+			}
 			if out := redact.String(s); strings.Contains(out, secret) {
 				t.Fatalf("%q redacted to %q", s, out)
 			}
