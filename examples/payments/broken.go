@@ -7,8 +7,9 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/oncekit/oncekit/broker"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
@@ -21,6 +22,11 @@ const (
 	// brokenAckBeforeCommit acks each message from its handler, before its
 	// transaction commits: a crash in between loses the ledger entry.
 	brokenAckBeforeCommit = "ack-before-commit"
+	// brokenClaimApart claims each message in a transaction of its own,
+	// committed before the handler's: a crash in between leaves a claim
+	// whose work never committed, and the redelivery is skipped as a
+	// duplicate.
+	brokenClaimApart = "claim-apart"
 	// brokenFreshKey sends every provider call with a new idempotency key
 	// instead of the effect's derived one: a retried call acts twice.
 	brokenFreshKey = "fresh-provider-key"
@@ -56,6 +62,25 @@ func (s *ackInHandler) ack(ctx context.Context, m *inbox.Message) {
 		_ = d.(inbox.Delivery).Ack(ctx)
 		_ = s.flush()
 	}
+}
+
+// claimApart claims messages on the pool, each claim committed at once.
+type claimApart struct {
+	pool  *pgxpool.Pool
+	store *inbox.Store
+}
+
+func newClaimApart(pool *pgxpool.Pool, schema string) (*claimApart, error) {
+	store, err := inbox.NewStore(schema)
+	if err != nil {
+		return nil, err
+	}
+	return &claimApart{pool: pool, store: store}, nil
+}
+
+// claim commits m's claim and reports whether it is the first.
+func (c *claimApart) claim(ctx context.Context, m *inbox.Message) (bool, error) {
+	return c.store.Claim(ctx, c.pool, consumerName, m.ID)
 }
 
 // freshKey calls the provider with a random key, while still claiming to

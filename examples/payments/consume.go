@@ -45,7 +45,18 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	if err != nil {
 		return nil, err
 	}
+	var apart *claimApart
+	if cfg.Broken == brokenClaimApart {
+		if apart, err = newClaimApart(pool, cfg.Schema); err != nil {
+			return nil, err
+		}
+	}
 	h := inbox.JSON(func(ctx context.Context, tx pgx.Tx, m *inbox.Message, ev PaymentCreated) error {
+		if apart != nil {
+			if first, err := apart.claim(ctx, m); err != nil || !first {
+				return err // nil when already claimed: taken for a duplicate
+			}
+		}
 		if err := applyPayment(ctx, tx, ledger, cfg, m, ev); err != nil {
 			return err
 		}
@@ -56,7 +67,8 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	})
 	return inbox.NewConsumer(pool, src, h, &inbox.Config{
 		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
-		Backoff: inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		Backoff:      inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		DisableClaim: apart != nil, // the broken build claims on its own
 	})
 }
 

@@ -30,6 +30,8 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 	}{
 		{"ack-before-commit", []string{InvLedgerOnce},
 			"a message acked before its transaction committed was lost with the killed consumer", time.Minute, time.Second},
+		{"claim-apart", []string{InvLedgerOnce},
+			"a message claimed before its work committed was skipped as a duplicate after the crash", time.Minute, time.Second},
 		{"fresh-provider-key", []string{InvEffectOnce, InvKeyStable},
 			"a retried call with a new key made the provider act twice", 30 * time.Second, 0},
 	} {
