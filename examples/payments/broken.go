@@ -27,6 +27,11 @@ const (
 	// whose work never committed, and the redelivery is skipped as a
 	// duplicate.
 	brokenClaimApart = "claim-apart"
+	// brokenGateBypassed keeps the ordered consumer's lanes but skips its
+	// check of what other processes hold: two consumers apply an account's
+	// payments out of order once a redelivery or a second process is
+	// involved.
+	brokenGateBypassed = "gate-bypassed"
 	// brokenFreshKey sends every provider call with a new idempotency key
 	// instead of the effect's derived one: a retried call acts twice.
 	brokenFreshKey = "fresh-provider-key"

@@ -67,8 +67,9 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	})
 	return inbox.NewConsumer(pool, src, h, &inbox.Config{
 		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
-		Backoff:      inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-		DisableClaim: apart != nil, // the broken build claims on its own
+		Backoff:          inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		DisableClaim:     apart != nil,                     // the broken build claims on its own
+		DisableOrderGate: cfg.Broken == brokenGateBypassed, // order within one process only
 	})
 }
 

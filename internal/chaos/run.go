@@ -27,8 +27,8 @@ type Options struct {
 	// Duration is how long load and faults last; the drain follows.
 	Duration time.Duration
 	// Broken names a guarantee the payments example breaks on purpose
-	// (PAYMENTS_BROKEN): ack-before-commit, claim-apart or
-	// fresh-provider-key. Empty runs the real thing.
+	// (PAYMENTS_BROKEN): ack-before-commit, claim-apart, gate-bypassed
+	// or fresh-provider-key. Empty runs the real thing.
 	Broken string
 	// Dir holds binaries, data and logs. Defaults to a new temp directory,
 	// removed after a passing run.

@@ -32,6 +32,8 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 			"a message acked before its transaction committed was lost with the killed consumer", time.Minute, time.Second},
 		{"claim-apart", []string{InvLedgerOnce},
 			"a message claimed before its work committed was skipped as a duplicate after the crash", time.Minute, time.Second},
+		{"gate-bypassed", []string{InvOrder},
+			"two consumers applied an account's payments out of order", 30 * time.Second, 0},
 		{"fresh-provider-key", []string{InvEffectOnce, InvKeyStable},
 			"a retried call with a new key made the provider act twice", 30 * time.Second, 0},
 	} {
