@@ -6,9 +6,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -150,4 +152,29 @@ func publishRaw(t *testing.T, js jetstream.JetStream, subject string, headers ma
 	}
 	_, err := js.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
+}
+
+// A message's signature headers come from anyone who can publish: a key ID
+// or signature of hostile bytes (invalid UTF-8, NUL, terminal escapes,
+// kilobytes) is refused as unauthenticated, with an error whose text quotes
+// at most 64 characters of it.
+func TestVerifyRefusesHostileHeaders(t *testing.T) {
+	t.Parallel()
+	pub, _ := newKey(t)
+	v, err := eventsig.NewVerifier(map[string]ed25519.PublicKey{"k1": pub})
+	require.NoError(t, err)
+	long := strings.Repeat("\xff\x00\x1b[2J", 1000)
+	for _, h := range []map[string]string{
+		{eventsig.HeaderKeyID: long, eventsig.HeaderSignature: "AAAA"},
+		{eventsig.HeaderKeyID: "k1", eventsig.HeaderSignature: long},
+		{eventsig.HeaderKeyID: "k1\x00", eventsig.HeaderSignature: "\x1b]0;x\x07"},
+	} {
+		m := broker.Message{ID: uuid.New(), Subject: "s", Payload: []byte("p"), Headers: h}
+		err := v.Verify(&m)
+		require.ErrorIs(t, err, eventsig.ErrUnauthenticated)
+		require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
+		require.NotContains(t, err.Error(), "\x00")
+		require.NotContains(t, err.Error(), "\x1b")
+		require.Less(t, len(err.Error()), 400)
+	}
 }

@@ -45,6 +45,16 @@ func (c *calls) snapshot() map[string]int {
 	return out
 }
 
+// requireEachOnce requires n payloads, each called exactly once.
+func (c *calls) requireEachOnce(t *testing.T, n int) {
+	t.Helper()
+	got := c.snapshot()
+	require.Len(t, got, n)
+	for payload, k := range got {
+		require.Equal(t, 1, k, payload)
+	}
+}
+
 // stateOf reads an effect's state and texts by its payload's n.
 func (b *bundle) stateOf(t *testing.T, n int) (state, ref, lastErr string) {
 	t.Helper()
@@ -124,9 +134,7 @@ func TestRefusedOutcomeSettledAlone(t *testing.T) {
 	start(t, b, map[string]sideeffect.Provider{"k": p}, fastConfig(b))
 	b.waitState(t, sideeffect.StateConfirmed, 5, 20*time.Second)
 	b.waitState(t, sideeffect.StateUnknown, 1, 20*time.Second)
-	for payload, n := range c.snapshot() {
-		require.Equal(t, 1, n, payload)
-	}
+	c.requireEachOnce(t, 6)
 	state, ref, lastErr := b.stateOf(t, 0)
 	require.Equal(t, "confirmed", state)
 	require.Empty(t, ref)
@@ -162,9 +170,7 @@ func TestWebhookLatin1ErrorPage(t *testing.T) {
 	start(t, b, map[string]sideeffect.Provider{"hook": hp}, fastConfig(b))
 	b.waitState(t, sideeffect.StateConfirmed, 4, 20*time.Second)
 	b.waitState(t, sideeffect.StateFailed, 1, 20*time.Second)
-	for payload, n := range c.snapshot() {
-		require.Equal(t, 1, n, payload)
-	}
+	c.requireEachOnce(t, 5)
 	_, _, lastErr := b.stateOf(t, 0)
 	require.Contains(t, lastErr, "Requ\uFFFDte")
 }
