@@ -19,8 +19,8 @@ import (
 // the chaos checker can be shown to catch what each guarantee prevents. A
 // real service never sets it.
 const (
-	// brokenAckBeforeCommit acks each message from its handler, before its
-	// transaction commits: a crash in between loses the ledger entry.
+	// brokenAckBeforeCommit acks each message as its handler starts, before
+	// its transaction commits: a crash in between loses the ledger entry.
 	brokenAckBeforeCommit = "ack-before-commit"
 	// brokenClaimApart claims each message in a transaction of its own,
 	// committed before the handler's: a crash in between leaves a claim
@@ -37,8 +37,8 @@ const (
 	brokenFreshKey = "fresh-provider-key"
 )
 
-// ackInHandler lets the handler ack its message once it has done its work,
-// before the transaction commits: the bug of a handler that acks early. The
+// ackInHandler lets the handler ack its message first, before its work
+// and the transaction's commit: the bug of a handler that acks early. The
 // consumer is the real ordered one otherwise; a process that dies between
 // the ack and the commit loses that message, and an ack that moves the
 // floor before the commit lets the ordered gate take the message for

@@ -57,13 +57,10 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 				return err // nil when already claimed: taken for a duplicate
 			}
 		}
-		if err := applyPayment(ctx, tx, ledger, cfg, m, ev); err != nil {
-			return err
-		}
 		if early != nil {
 			early.ack(ctx, m)
 		}
-		return nil
+		return applyPayment(ctx, tx, ledger, cfg, m, ev)
 	})
 	return inbox.NewConsumer(pool, src, h, &inbox.Config{
 		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
