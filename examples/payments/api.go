@@ -64,12 +64,16 @@ func newAPI(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (http.Handler, er
 	if err != nil {
 		return nil, err
 	}
-	withKey, err := edge.Route(&idempotency.Route{Operation: operation, Mode: idempotency.SameTx, Tenant: callerOf})
+	route, create := &idempotency.Route{Operation: operation, Mode: idempotency.SameTx, Tenant: callerOf}, createPayment(ob, cfg)
+	if cfg.Broken == brokenStoreAfterCommit {
+		route.Mode, create = idempotency.Separate, createPaymentApart(pool, ob, cfg)
+	}
+	withKey, err := edge.Route(route)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", authenticate(parseTokens(os.Getenv("PAYMENTS_API_TOKENS")), withKey(createPayment(ob, cfg))))
+	mux.Handle("POST /payments", authenticate(parseTokens(os.Getenv("PAYMENTS_API_TOKENS")), withKey(create)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := pool.Ping(r.Context()); err != nil {
 			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
@@ -82,24 +86,38 @@ func newAPI(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (http.Handler, er
 
 func createPayment(ob *outbox.Outbox, cfg *config) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req PaymentRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Account == "" || req.Amount <= 0 || len(req.Currency) != 3 {
-			http.Error(w, `want {"account": "...", "amount": >0, "currency": "EUR"}`, http.StatusBadRequest)
+		req, ok := readPayment(w, r)
+		if !ok {
 			return
 		}
 		tx, _ := idempotency.Tx(r)
 		info, _ := idempotency.FromRequest(r)
 		resp, err := insertPayment(r.Context(), tx, ob, cfg, info.ID().String(), req)
-		if err != nil {
-			// 5xx: the edge rolls back and frees the key, so a retry executes.
-			http.Error(w, "could not create the payment", http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Location", "/payments/"+resp.ID)
-		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(resp)
+		writeCreated(w, resp, err)
 	}
+}
+
+// readPayment decodes and checks the request's body, or answers 400.
+func readPayment(w http.ResponseWriter, r *http.Request) (PaymentRequest, bool) {
+	var req PaymentRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Account == "" || req.Amount <= 0 || len(req.Currency) != 3 {
+		http.Error(w, `want {"account": "...", "amount": >0, "currency": "EUR"}`, http.StatusBadRequest)
+		return req, false
+	}
+	return req, true
+}
+
+// writeCreated answers 201 with the payment, or 503 when err is set.
+func writeCreated(w http.ResponseWriter, resp PaymentResponse, err error) {
+	if err != nil {
+		// 5xx: the edge rolls back and frees the key, so a retry executes.
+		http.Error(w, "could not create the payment", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/payments/"+resp.ID)
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(resp)
 }
 
 // insertPayment numbers the payment within its account (the account row's

@@ -19,6 +19,14 @@ import (
 // the chaos checker can be shown to catch what each guarantee prevents. A
 // real service never sets it.
 const (
+	// brokenStoreAfterCommit runs the edge in its separate mode while the
+	// handler commits the payment in a transaction of its own: a crash
+	// between that commit and the edge's store leaves a payment whose
+	// response was never kept, and a retry runs the handler again.
+	brokenStoreAfterCommit = "edge-stores-after-commit"
+	// brokenMarkBeforeAck has the relay mark rows published before
+	// JetStream acknowledged them: a crash in between loses the events.
+	brokenMarkBeforeAck = "relay-marks-before-ack"
 	// brokenAckBeforeCommit acks each message as its handler starts, before
 	// its transaction commits: a crash in between loses the ledger entry.
 	brokenAckBeforeCommit = "ack-before-commit"
@@ -32,6 +40,11 @@ const (
 	// payments out of order once a redelivery or a second process is
 	// involved.
 	brokenGateBypassed = "gate-bypassed"
+	// brokenCallBeforeFired replaces the dispatcher with one that calls
+	// the provider inside its claim's transaction, before the attempt is
+	// committed: a crash during the call leaves no record of it, and the
+	// next attempt goes out under the same number.
+	brokenCallBeforeFired = "call-before-fired"
 	// brokenFreshKey sends every provider call with a new idempotency key
 	// instead of the effect's derived one: a retried call acts twice.
 	brokenFreshKey = "fresh-provider-key"

@@ -67,7 +67,7 @@ func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.Jet
 	}
 	apiSrv := httptest.NewServer(api)
 	defer apiSrv.Close()
-	relay, err := newRelay(pool, js, cfg, quiet)
+	relay, err := newRelay(ctx, pool, js, cfg, quiet)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,13 @@ import (
 )
 
 func runDispatch(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
+	if cfg.Broken == brokenCallBeforeFired {
+		providers, err := newProviders(cfg)
+		if err != nil {
+			return err
+		}
+		return (&callInTx{pool: pool, table: cfg.table("side_effects"), providers: providers, workers: 16}).Run(ctx)
+	}
 	d, err := newDispatcher(pool, cfg, slog.Default())
 	if err != nil {
 		return err
@@ -25,17 +32,9 @@ func runDispatch(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 // row; when its lease expires another retries it with the same key, which
 // the provider honours.
 func newDispatcher(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (*sideeffect.Dispatcher, error) {
-	base := strings.TrimRight(cfg.ProviderURL, "/")
-	providers := map[string]sideeffect.Provider{}
-	for kind, path := range map[string]string{kindCapture: "/capture", kindReceipt: "/email"} {
-		p, err := webhook.New(&webhook.Config{URL: base + path, Timeout: 2 * time.Second, Unsigned: true}) // the fake provider checks no signature
-		if err != nil {
-			return nil, err
-		}
-		providers[kind] = p
-		if cfg.Broken == brokenFreshKey {
-			providers[kind] = freshKey{p}
-		}
+	providers, err := newProviders(cfg)
+	if err != nil {
+		return nil, err
 	}
 	return sideeffect.NewDispatcher(pool, providers, &sideeffect.DispatcherConfig{
 		Schema:          cfg.Schema,
@@ -48,4 +47,21 @@ func newDispatcher(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (*sideeffe
 		MaxBackoff:      2 * time.Second,
 		Logger:          log,
 	})
+}
+
+// newProviders returns the provider's two endpoints by effect kind.
+func newProviders(cfg *config) (map[string]sideeffect.Provider, error) {
+	base := strings.TrimRight(cfg.ProviderURL, "/")
+	providers := map[string]sideeffect.Provider{}
+	for kind, path := range map[string]string{kindCapture: "/capture", kindReceipt: "/email"} {
+		p, err := webhook.New(&webhook.Config{URL: base + path, Timeout: 2 * time.Second, Unsigned: true}) // the fake provider checks no signature
+		if err != nil {
+			return nil, err
+		}
+		providers[kind] = p
+		if cfg.Broken == brokenFreshKey {
+			providers[kind] = freshKey{p}
+		}
+	}
+	return providers, nil
 }

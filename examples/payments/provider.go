@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
 
 // Call is one request the provider received, as its own records keep it.
@@ -73,7 +75,7 @@ func (p *provider) act(kind string) http.HandlerFunc {
 			http.Error(w, "want a JSON body with payment_id and an Idempotency-Key", http.StatusBadRequest)
 			return
 		}
-		call := Call{Kind: kind, Key: key, PaymentID: body.PaymentID, Attempt: r.Header.Get("webhook-attempt"), At: time.Now()}
+		call := Call{Kind: kind, Key: key, PaymentID: body.PaymentID, Attempt: r.Header.Get(webhook.HeaderAttempt), At: time.Now()}
 		if rand.Float64() < p.failRate {
 			call.Outcome = "refused"
 			p.keep(call)

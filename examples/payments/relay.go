@@ -8,12 +8,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/outbox"
 )
 
 func runRelay(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error {
-	relay, err := newRelay(pool, js, cfg, slog.Default())
+	relay, err := newRelay(ctx, pool, js, cfg, slog.Default())
 	if err != nil {
 		return err
 	}
@@ -23,10 +24,16 @@ func runRelay(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream
 // newRelay publishes the outbox with Nats-Msg-Id = event ID. Several relay
 // processes share the partitions through leases; a dead one's partitions
 // move to the others when its lease expires.
-func newRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*outbox.Relay, error) {
+func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*outbox.Relay, error) {
+	var pub broker.Publisher
 	pub, err := natsjs.NewPublisher(js.Conn(), nil)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Broken == brokenMarkBeforeAck {
+		late := &publishLate{pub: pub}
+		go late.run(ctx, 100*time.Millisecond)
+		pub = late
 	}
 	return outbox.NewRelay(pool, pub, &outbox.RelayConfig{
 		Schema:         cfg.Schema,

@@ -23,10 +23,12 @@ const (
 	InvBodyMatches     = "payment_matches_request"     // with the body the client sent under its key
 	InvFailedNotRun    = "failed_request_not_executed" // a definite failure created nothing
 	InvReuseRefused    = "reused_key_not_executed"     // a key reused with another body was refused
+	InvResponseStored  = "response_stored"             // every payment's key holds its stored 2xx response
 	InvHasRequest      = "payment_has_request"         // no payment the clients never asked for
 	InvLedgerOnce      = "ledger_exactly_once"         // one ledger entry per payment
 	InvEffectOnce      = "effect_executed_once"        // the provider acted once per (payment, kind)
 	InvKeyStable       = "effect_key_stable"           // every call for it carried the derived key
+	InvCallRecorded    = "call_recorded_first"         // no attempt number sent twice: each attempt committed before its call
 	InvInStream        = "published_in_stream"         // every event the outbox marked published is in the stream
 	InvPublishOrder    = "publish_order"               // the relay published an account's events in outbox order
 	InvOrder           = "per_account_order"           // the consumer applied them in stream order
@@ -49,6 +51,7 @@ type ProviderCall struct {
 	PaymentID string    `json:"payment_id"`
 	Executed  bool      `json:"executed"`
 	Outcome   string    `json:"outcome"`
+	Attempt   string    `json:"attempt"` // the Oncekit-Attempt header
 	At        time.Time `json:"at"`
 }
 
@@ -59,6 +62,9 @@ type Verdict struct {
 	ProviderCalls, Executions        int
 	Lost, DuplicateEffects           int
 	MismatchedKeys, OrderViolations  int
+	// Payments whose key holds no stored success, and attempt numbers the
+	// provider received more than once.
+	MissingResponses, RepeatedAttempts int
 	// Hostile traffic: malformed messages published (acknowledged, and
 	// sent without an answer), their dead letters, and the provider's
 	// refusals, each answered with an error page that is not UTF-8.
@@ -124,6 +130,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, cal
 	v.Payments = len(payments)
 
 	checkOps(v, ops, payments)
+	if err := checkResponses(ctx, v, pool, t, ops, payments); err != nil {
+		return nil, err
+	}
 	if err := checkLedger(ctx, v, pool, t, payments, stream); err != nil {
 		return nil, err
 	}
@@ -175,6 +184,38 @@ func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
 			v.fail(InvHasRequest, "payment %s matches no request", id)
 		}
 	}
+}
+
+// checkResponses: every payment's key holds the response the edge stored
+// with it, a success. The edge stores it in the handler's transaction, so
+// the two commit together; a payment without one was made by a handler
+// whose answer no retry can replay, and a retry runs the handler again.
+func checkResponses(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(string) string, ops []Op, payments map[string]payment) error {
+	rows, err := pool.Query(ctx, `SELECT key, state, coalesce(status_code, 0) FROM `+t("idempotency_keys")+` WHERE operation = $1`, apiOperation)
+	if err != nil {
+		return fmt.Errorf("read idempotency keys: %w", err)
+	}
+	type record struct {
+		state  string
+		status int
+	}
+	stored := map[string]record{}
+	var key string
+	var r record
+	if _, err := pgx.ForEachRow(rows, []any{&key, &r.state, &r.status}, func() error { stored[key] = r; return nil }); err != nil {
+		return fmt.Errorf("read idempotency keys: %w", err)
+	}
+	for _, op := range ops {
+		id := idempotency.DeriveID(apiCaller, op.Key).String()
+		if _, exists := payments[id]; !exists || op.Reuse {
+			continue
+		}
+		if r, ok := stored[op.Key]; !ok || r.state != "completed" || r.status < 200 || r.status > 299 {
+			v.MissingResponses++
+			v.fail(InvResponseStored, "payment %s exists, its key %s holds %+v (found: %t); client's outcome %s after %d attempts", id, op.Key, r, ok, op.Outcome, op.Attempts)
+		}
+	}
+	return nil
 }
 
 // checkLedger: one entry per payment; the relay published each account's
@@ -294,12 +335,24 @@ func outboxOrder(ctx context.Context, pool *pgxpool.Pool, t func(string) string)
 	return order, nil
 }
 
-// checkProvider: the provider acted once per (payment, kind), and every call
-// for it carried the same, derived key.
+// checkProvider: the provider acted once per (payment, kind), every call
+// for it carried the same, derived key, and no attempt number came twice:
+// the ledger commits each attempt before its call, so a call whose process
+// died is followed by the next number. (A call whose answer the provider
+// dropped may come twice: Go's HTTP client resends a request carrying an
+// Idempotency-Key when a reused connection closes without an answer.)
 func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment) {
 	type effect struct{ payment, kind string }
+	type attempt struct{ key, n string }
 	executed := map[effect]int{}
+	sent := map[attempt]int{}
 	for _, c := range calls {
+		if a := (attempt{c.Key, c.Attempt}); c.Outcome != "lost" {
+			if sent[a]++; sent[a] == 2 {
+				v.RepeatedAttempts++
+				v.fail(InvCallRecorded, "%s of payment %s: attempt %s called twice, the second %s", c.Kind, c.PaymentID, c.Attempt, c.Outcome)
+			}
+		}
 		e := effect{c.PaymentID, c.Kind}
 		if c.Executed {
 			v.Executions++
@@ -379,8 +432,8 @@ func (v *Verdict) Progress() float64 {
 // fault counts (Run adds them).
 func (v *Verdict) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d progress=%.3f",
-		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations,
+	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d missing_responses=%d repeated_attempts=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d progress=%.3f",
+		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations, v.MissingResponses, v.RepeatedAttempts,
 		v.HostileSent, v.HostileMaybe, v.HostileDeadLettered, v.GarbageErrorPages, v.Progress())
 	return b.String()
 }

@@ -39,6 +39,9 @@ func waitHTTP(ctx context.Context, url string) error {
 // the caller it authenticates: the scope of every key the load sends.
 const apiToken, apiCaller = "demo-token", "demo-client"
 
+// apiOperation is the payments example's edge operation.
+const apiOperation = "create-payment"
+
 // post sends one payment request to the API under key and returns the HTTP
 // status, the body read to the end so that the connection is reused.
 func post(ctx context.Context, client *http.Client, url, key string, body []byte, timeout time.Duration) (int, error) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,8 +28,7 @@ type Options struct {
 	// Duration is how long load and faults last; the drain follows.
 	Duration time.Duration
 	// Broken names a guarantee the payments example breaks on purpose
-	// (PAYMENTS_BROKEN): ack-before-commit, claim-apart, gate-bypassed
-	// or fresh-provider-key. Empty runs the real thing.
+	// (PAYMENTS_BROKEN), one of BrokenBuilds. Empty runs the real thing.
 	Broken string
 	// Dir holds binaries, data and logs. Defaults to a new temp directory,
 	// removed after a passing run.
@@ -69,6 +69,11 @@ func (r *Result) Line() string {
 		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.ConnDrops, r.CommitDrops, r.DriftExit, verdict)
 }
 
+// BrokenBuilds names the payments example's deliberately broken builds
+// (Options.Broken), in the order a payment meets the guarantee each breaks.
+var BrokenBuilds = []string{"edge-stores-after-commit", "relay-marks-before-ack", "ack-before-commit",
+	"claim-apart", "gate-bypassed", "call-before-fired", "fresh-provider-key"}
+
 // The crash points each role can be armed with on a restart: every named
 // point between two writes of the chain.
 var crashPoints = map[string][]string{
@@ -76,6 +81,14 @@ var crashPoints = map[string][]string{
 	"relay":    {"relay.after-publish"},                                  // published, not marked
 	"consume":  {"inbox.before-commit", "inbox.after-commit"},            // handled, not committed; committed, not acked
 	"dispatch": {"sideeffect.after-fired", "sideeffect.before-complete"}, // fired, not called; called, not confirmed
+}
+
+// brokenCrashPoints replace a role's crash points in the broken builds
+// whose bug opens a window between two writes of their own.
+var brokenCrashPoints = map[string]map[string][]string{
+	"edge-stores-after-commit": {"api": {"idempotency.before-store"}},          // payment committed, response not stored
+	"relay-marks-before-ack":   {"relay": {"payments.marked-not-published"}},   // marked published, not yet sent
+	"call-before-fired":        {"dispatch": {"payments.called-not-recorded"}}, // called, attempt not committed
 }
 
 const schema = "payments"
@@ -92,6 +105,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(log, "chaos: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+	if opt.Broken != "" && !slices.Contains(BrokenBuilds, opt.Broken) {
+		return nil, fmt.Errorf("chaos: no broken build %q (there are %s)", opt.Broken, strings.Join(BrokenBuilds, ", "))
 	}
 	if opt.Seed == 0 {
 		opt.Seed = uint64(time.Now().UnixNano())
@@ -164,6 +180,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	// (six restarts in ten), to die there at a random hit.
 	sup, err := NewSupervisor(SupervisorConfig{Dir: opt.Dir, StartEnv: func(name string, start int) []string {
 		points := crashPoints[roleOf(name)]
+		if bp, ok := brokenCrashPoints[opt.Broken][roleOf(name)]; ok {
+			points = bp
+		}
 		armMu.Lock()
 		defer armMu.Unlock()
 		if start == 1 || !faulting.Load() || len(points) == 0 || armRng.Float64() < 0.4 {

@@ -18,25 +18,36 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a chaos run takes about a minute")
 	}
+	var tested []string
+	defer func() { require.Equal(t, BrokenBuilds, tested, "every broken build is run, in order") }()
 	for _, tc := range []struct {
 		broken    string
 		violated  []string
 		whatBroke string
-		// A longer run with more kills for a bug whose window is narrow:
+		// A longer run, or more kills, for a bug whose window is narrow:
 		// the ack-before-commit build loses a message only when a
 		// consumer dies between its handler's ack and its commit (the
-		// inbox.before-commit crash point, armed on some restarts).
+		// inbox.before-commit crash point, armed on some restarts); the
+		// edge, relay and dispatcher builds need a kill of their role to
+		// arm theirs.
 		duration, killEvery time.Duration
 	}{
+		{"edge-stores-after-commit", []string{InvResponseStored},
+			"a payment committed before its response was stored lost the response with the killed api", 30 * time.Second, time.Second},
+		{"relay-marks-before-ack", []string{InvInStream, InvLedgerOnce},
+			"events marked published before JetStream acknowledged them were lost with the killed relay", 30 * time.Second, time.Second},
 		{"ack-before-commit", []string{InvLedgerOnce},
 			"a message acked before its transaction committed was lost with the killed consumer", time.Minute, time.Second},
 		{"claim-apart", []string{InvLedgerOnce},
 			"a message claimed before its work committed was skipped as a duplicate after the crash", time.Minute, time.Second},
 		{"gate-bypassed", []string{InvOrder},
 			"two consumers applied an account's payments out of order", 30 * time.Second, 0},
+		{"call-before-fired", []string{InvCallRecorded},
+			"a call made before its attempt was committed went out again under the same number after the crash", 30 * time.Second, time.Second},
 		{"fresh-provider-key", []string{InvEffectOnce, InvKeyStable},
 			"a retried call with a new key made the provider act twice", 30 * time.Second, 0},
 	} {
+		tested = append(tested, tc.broken)
 		t.Run(tc.broken, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()

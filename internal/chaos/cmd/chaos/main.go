@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,17 +25,15 @@ import (
 func main() {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	duration := fs.Duration("duration", 2*time.Minute, "how long load and faults last (the drain follows)")
-	broken := fs.String("broken", "", "break a guarantee on purpose: ack-before-commit or fresh-provider-key")
+	broken := fs.String("broken", "", "break a guarantee on purpose: "+strings.Join(chaos.BrokenBuilds, ", "))
 	dir := fs.String("dir", "", "directory for binaries, data and logs (default: a temp dir, removed after a PASS)")
 	seed := fs.Uint64("seed", 0, "seed of the run's random choices (default: the clock)")
 	rate := fs.Float64("rate", 0, "requests started per second (default: as fast as the clients go, up to 100,000 in all)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	switch *broken {
-	case "", "ack-before-commit", "fresh-provider-key":
-	default:
-		fmt.Fprintf(os.Stderr, "chaos: --broken %q: want ack-before-commit or fresh-provider-key\n", *broken)
+	if *broken != "" && !slices.Contains(chaos.BrokenBuilds, *broken) {
+		fmt.Fprintf(os.Stderr, "chaos: --broken %q: want one of %s\n", *broken, strings.Join(chaos.BrokenBuilds, ", "))
 		os.Exit(2)
 	}
 	if *rate < 0 {
