@@ -5,7 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -50,6 +54,23 @@ const (
 	brokenFreshKey = "fresh-provider-key"
 )
 
+// crashAt kills the process at the n-th call for the point named by
+// ONCEKIT_CRASHPOINT, n from ONCEKIT_CRASHPOINT_AFTER (default 1): the
+// chaos run arms the broken builds' own windows the way it arms oncekit's.
+func crashAt(point string) {
+	if os.Getenv("ONCEKIT_CRASHPOINT") != point {
+		return
+	}
+	n, err := strconv.Atoi(os.Getenv("ONCEKIT_CRASHPOINT_AFTER"))
+	if crashHits.Add(1) < int64(n) && err == nil {
+		return
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+var crashHits atomic.Int64
+
 // ackInHandler lets the handler ack its message first, before its work
 // and the transaction's commit: the bug of a handler that acks early. The
 // consumer is the real ordered one otherwise; a process that dies between
@@ -57,12 +78,12 @@ const (
 // floor before the commit lets the ordered gate take the message for
 // applied.
 type ackInHandler struct {
-	inbox.OrderedSource
+	broker.OrderedSource
 	flush    func() error // waits until the ack reached the server
-	received sync.Map     // event ID -> inbox.Delivery
+	received sync.Map     // event ID -> broker.Delivery
 }
 
-func (s *ackInHandler) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+func (s *ackInHandler) Receive(ctx context.Context, max int) ([]broker.Delivery, error) {
 	ds, err := s.OrderedSource.Receive(ctx, max)
 	for _, d := range ds {
 		id := d.Header(broker.HeaderEventID)
@@ -77,7 +98,7 @@ func (s *ackInHandler) Receive(ctx context.Context, max int) ([]inbox.Delivery, 
 // ack acks m's delivery at the broker, from inside the handler.
 func (s *ackInHandler) ack(ctx context.Context, m *inbox.Message) {
 	if d, ok := s.received.LoadAndDelete(m.ID.String()); ok {
-		_ = d.(inbox.Delivery).Ack(ctx)
+		_ = d.(broker.Delivery).Ack(ctx)
 		_ = s.flush()
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncekit/oncekit/internal/crashpoint"
-	"github.com/oncekit/oncekit/internal/wait"
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
@@ -38,9 +36,14 @@ func (d *callInTx) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range d.workers {
 		wg.Go(func() {
+			idle := time.NewTicker(50 * time.Millisecond)
+			defer idle.Stop()
 			for ctx.Err() == nil {
 				if called, err := d.callOne(ctx); err != nil || !called {
-					wait.Sleep(ctx, 50*time.Millisecond)
+					select { // nothing due, or a failure: look again in a moment
+					case <-ctx.Done():
+					case <-idle.C:
+					}
 				}
 			}
 		})
@@ -73,7 +76,7 @@ func (d *callInTx) callOne(ctx context.Context) (called bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	ref, callErr := p.Call(cctx, c)
 	cancel()
-	crashpoint.Hit(crashCalledNotRecorded)
+	crashAt(crashCalledNotRecorded)
 	if errors.Is(callErr, sideeffect.ErrDuplicate) {
 		callErr = nil // acted on an earlier call: a replay
 	}

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/crashpoint"
-	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // crashMarkedNotPublished is the crash point of the relay-marks-before-ack
@@ -50,13 +48,20 @@ func (p *publishLate) Publish(ctx context.Context, msgs []broker.Message) []brok
 
 // run sends what waited more than quiet, until ctx ends.
 func (p *publishLate) run(ctx context.Context, quiet time.Duration) {
-	wait.Every(ctx, quiet, func(ctx context.Context) {
+	t := time.NewTicker(quiet)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		p.mu.Lock()
-		defer p.mu.Unlock()
 		if time.Since(p.since) >= quiet {
 			_ = p.sendPending(ctx)
 		}
-	})
+		p.mu.Unlock()
+	}
 }
 
 // sendPending publishes what the relay already took for acknowledged.
@@ -64,7 +69,7 @@ func (p *publishLate) sendPending(ctx context.Context) error {
 	if len(p.pending) == 0 {
 		return nil
 	}
-	crashpoint.Hit(crashMarkedNotPublished)
+	crashAt(crashMarkedNotPublished)
 	for _, r := range p.pub.Publish(ctx, p.pending) {
 		if r.Err != nil {
 			return r.Err // all again next time: the broker drops the copies
