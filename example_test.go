@@ -16,7 +16,14 @@ func ExampleDeriveID() {
 	// Output: true
 }
 
+// A side effect's idempotency key derives from what caused it and its kind:
+// the same on every attempt, another for another kind.
 func ExampleDeriveKey() {
 	fmt.Println(len(oncekit.DeriveKey("pay_123", "email.receipt")))
-	// Output: 64
+	fmt.Println(oncekit.DeriveKey("pay_123", "email.receipt") == oncekit.DeriveKey("pay_123", "email.receipt"))
+	fmt.Println(oncekit.DeriveKey("pay_123", "email.receipt") == oncekit.DeriveKey("pay_123", "sms.receipt"))
+	// Output:
+	// 64
+	// true
+	// false
 }

@@ -22,7 +22,7 @@ var consumeKeys = envInt("ONCEKIT_BENCH_KEYS", 1000)
 // other processes hold (inbox.Config.Ordered) on N pre-published messages
 // spread over consumeKeys keys, BatchSize 200, each handler inserting one
 // row. Each iteration runs, every run on a fresh schema and stream:
-// without the check (DisableOrderGate: order within one process only, as
+// without the check (Test.DisableOrderGate: order within one process only, as
 // before the check existed), with it, with it again, without it again; it
 // reports both rates (the means of their two runs) and gated/ungated, the
 // ratio, which the paired order keeps from the machine's drift.
@@ -109,7 +109,7 @@ func (env *consumeEnv) runOrdered(b *testing.B, gate bool, procs, maxAckPending 
 		}
 		c, err := inbox.NewConsumer(env.pool, src, effectHandler(false), &inbox.Config{
 			Name: "bench", Schema: env.db.Schema, Concurrency: max(consumeConcurrency/procs, 1), BatchSize: batch,
-			Ordered: true, DisableOrderGate: !gate, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Ordered: true, Test: inbox.TestConfig{DisableOrderGate: !gate}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
 			b.Fatal(err)

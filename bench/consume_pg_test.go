@@ -83,7 +83,7 @@ func consumePGRun(b *testing.B, n, batch int, noClaim, queued bool) (rate float6
 		src.ds = append(src.ds, &memDelivery{id: uuid.NewString(), data: payload})
 	}
 	c, err := inbox.NewConsumer(pool, src, effectHandler(queued), &inbox.Config{
-		Name: "bench", Schema: db.Schema, Concurrency: 1, BatchSize: batch, DisableClaim: noClaim,
+		Name: "bench", Schema: db.Schema, Concurrency: 1, BatchSize: batch, Test: inbox.TestConfig{DisableClaim: noClaim},
 		Retention: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

@@ -64,7 +64,7 @@ func envInt(name string, def int) int {
 //     the same durable, each message in its own pgx transaction doing the
 //     same claim and insert (what a careful watermill user writes)
 //   - oncekit-noclaim, oncekit-noclaim-queue: oncekit-batch and
-//     oncekit-batch-queue with Config.DisableClaim, to price the dedup claim
+//     oncekit-batch-queue with Config.Test.DisableClaim, to price the dedup claim
 //
 // The two batch contenders also report, per iteration, x-watermill and
 // claim-overhead: their rate against a watermill run made just before it,
@@ -304,7 +304,7 @@ func (env *consumeEnv) runOncekitVerified(b *testing.B, batch int, noClaim, queu
 	defer src.Close()
 	cfg := &inbox.Config{
 		Name: "bench", Schema: env.db.Schema, Concurrency: consumeConcurrency, BatchSize: batch,
-		DisableClaim: noClaim, Retention: env.retention, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Test: inbox.TestConfig{DisableClaim: noClaim}, Retention: env.retention, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if verify {
 		cfg.Verifier = env.verifier

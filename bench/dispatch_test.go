@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
@@ -276,7 +277,7 @@ func webhookOnly(b *testing.B, srv *dispatchProvider, n, conc int, payload []byt
 	// webhook-id), derived before the pass as Record derives them.
 	keys := make([]string, n+1)
 	for i := 1; i <= n; i++ {
-		keys[i] = sideeffect.Key(fmt.Sprintf("order-%d", i), "order.paid")
+		keys[i] = oncekit.DeriveKey(fmt.Sprintf("order-%d", i), "order.paid")
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup

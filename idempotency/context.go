@@ -26,15 +26,12 @@ type Info struct {
 	Recovered bool
 }
 
-// ID returns DeriveID(Tenant, Key): the deterministic domain ID of this
-// operation, equal on every retry.
-func (i Info) ID() uuid.UUID { return DeriveID(i.Tenant, i.Key) }
-
-// DeriveID returns the deterministic ID of the operation a client started
-// with key in tenant: oncekit.DeriveID(tenant, key). Use it as the primary
-// key of the row the request creates, and derive event IDs from it, so that a
-// re-execution writes the same IDs and dedups at every later layer.
-func DeriveID(tenant, key string) uuid.UUID { return oncekit.DeriveID(tenant, key) }
+// ID returns oncekit.DeriveID(Tenant, Key): the deterministic ID of the
+// operation the client started with this key, equal on every retry. Use it
+// as the primary key of the row the request creates, and derive event IDs
+// from it, so that a re-execution writes the same IDs and dedups at every
+// later layer.
+func (i Info) ID() uuid.UUID { return oncekit.DeriveID(i.Tenant, i.Key) }
 
 type infoKey struct{}
 type txKey struct{}

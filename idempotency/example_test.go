@@ -40,7 +40,7 @@ func ExampleEdge_Route() {
 	mux.Handle("POST /payments", createPayment(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.Tx(r)
 		info, _ := idempotency.FromRequest(r)
-		paymentID := info.ID() // = idempotency.DeriveID(tenant, key): the same on every retry
+		paymentID := info.ID() // = oncekit.DeriveID(tenant, key): the same on every retry
 		if _, err := tx.Exec(r.Context(), `INSERT INTO payments (id, amount) VALUES ($1, 100)`, paymentID); err != nil {
 			http.Error(w, "cannot create payment", http.StatusInternalServerError) // 5xx: nothing stored
 			return
@@ -79,10 +79,10 @@ func ExampleParseKey() {
 // The edge's DeriveID is the first link of the ID chain: the event ID derives
 // from it, so a re-executed request emits the same event ID.
 func ExampleDeriveID() {
-	paymentID := idempotency.DeriveID("acme", "client-key-42")
+	paymentID := oncekit.DeriveID("acme", "client-key-42")
 	fmt.Println(paymentID == oncekit.DeriveID("acme", "client-key-42"))
 	fmt.Println(oncekit.DeriveID(paymentID.String(), "PaymentCreated") ==
-		oncekit.DeriveID(idempotency.DeriveID("acme", "client-key-42").String(), "PaymentCreated"))
+		oncekit.DeriveID(oncekit.DeriveID("acme", "client-key-42").String(), "PaymentCreated"))
 	// Output:
 	// true
 	// true

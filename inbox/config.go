@@ -2,9 +2,10 @@ package inbox
 
 import (
 	"cmp"
-	"github.com/oncekit/oncekit/broker"
 	"log/slog"
 	"time"
+
+	"github.com/oncekit/oncekit/broker"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,13 +60,6 @@ type Config struct {
 	// (0.61 of the rate without the check, for two); docs/ordering.md has
 	// the figures. Defaults to false.
 	Ordered bool
-	// DisableOrderGate keeps Ordered's lanes but turns off its check
-	// against the messages other processes (or this one before a restart)
-	// hold: order then holds only within one process and breaks after a
-	// crash. It exists only to measure what the check costs (the ungated
-	// runs of bench's BenchmarkConsumeOrdered); never use it in production.
-	// Defaults to false.
-	DisableOrderGate bool
 	// MaxAttempts is the delivery attempt after whose failure a message is
 	// dead-lettered. Attempts are the broker's delivery count, so crashes
 	// and restarts that redeliver a message count too. A failure that is
@@ -103,11 +97,6 @@ type Config struct {
 	// or `dlq prune`. Negative keeps replayed ones forever. Defaults to 7
 	// days.
 	DeadLetterRetention time.Duration
-	// DisableClaim turns deduplication off: no claim is written or checked
-	// and duplicates run the handler again. It exists only to measure what
-	// the claim costs (the oncekit-noclaim benchmark); never use it in
-	// production. Defaults to false.
-	DisableClaim bool
 	// Logger receives the consumer's logs, with keys consumer, message_id,
 	// subject and attempt. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -125,6 +114,24 @@ type Config struct {
 	// the genuine event out. Defaults to nil: messages are not
 	// authenticated.
 	Verifier Verifier
+	// Test switches guarantees off, for benchmarks that price them and
+	// for checkers shown to catch their absence. Never set in production.
+	Test TestConfig
+}
+
+// TestConfig holds the switches that break the consumer on purpose. The
+// zero value breaks nothing.
+type TestConfig struct {
+	// DisableClaim turns deduplication off: no claim is written or checked
+	// and duplicates run the handler again. It prices the claim (the
+	// oncekit-noclaim benchmark).
+	DisableClaim bool
+	// DisableOrderGate keeps Ordered's lanes but turns off their check
+	// against the messages other processes (or this one before a restart)
+	// hold: order then holds only within one process and breaks after a
+	// crash. It prices the check (the ungated runs of
+	// BenchmarkConsumeOrdered).
+	DisableOrderGate bool
 }
 
 // Verifier authenticates a message; an error means it is not to be
@@ -204,7 +211,7 @@ func (c *Config) validate() error {
 // harmless to keep); the second covers redeliveries of a message whose ack
 // was lost. A producer that re-publishes an event later than both (an outbox
 // replayed by hand after days) is covered only by a longer Retention.
-func Horizon(l SourceLimits, maxAttempts int, backoffMax time.Duration) time.Duration {
+func Horizon(l broker.SourceLimits, maxAttempts int, backoffMax time.Duration) time.Duration {
 	deliveries := l.MaxDeliver
 	if deliveries <= 0 {
 		deliveries = maxAttempts

@@ -20,7 +20,7 @@ import (
 // Consumer processes the messages of a Source with a Handler, once each.
 type Consumer struct {
 	db    oncekit.DB
-	src   Source
+	src   broker.Source
 	h     Handler
 	cfg   Config
 	store *Store
@@ -41,7 +41,7 @@ type Consumer struct {
 
 // NewConsumer returns a Consumer that reads src and runs h for each message
 // in a transaction on db (a *pgxpool.Pool). cfg must set at least Name.
-func NewConsumer(db oncekit.DB, src Source, h Handler, cfg *Config) (*Consumer, error) {
+func NewConsumer(db oncekit.DB, src broker.Source, h Handler, cfg *Config) (*Consumer, error) {
 	if db == nil || src == nil || h == nil {
 		return nil, fmt.Errorf("%w: db, source and handler are required", ErrInvalidConfig)
 	}
@@ -55,8 +55,8 @@ func NewConsumer(db oncekit.DB, src Source, h Handler, cfg *Config) (*Consumer, 
 		log:    c.Logger.With("consumer", c.Name),
 		inHand: newInHand(),
 	}
-	if c.Ordered && !c.DisableOrderGate {
-		osrc, ok := src.(OrderedSource)
+	if c.Ordered && !c.Test.DisableOrderGate {
+		osrc, ok := src.(broker.OrderedSource)
 		if !ok {
 			return nil, fmt.Errorf("%w: %T", ErrOrderUnsupported, src)
 		}
@@ -131,7 +131,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
-	if (c.cfg.Retention > 0 && !c.cfg.DisableClaim) || c.cfg.DeadLetterRetention > 0 {
+	if (c.cfg.Retention > 0 && !c.cfg.Test.DisableClaim) || c.cfg.DeadLetterRetention > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.retain(ctx) }()
 	}
@@ -176,7 +176,7 @@ func (c *Consumer) receive(ctx context.Context, feeds []feed) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, ErrSourceClosed) {
+			if errors.Is(err, broker.ErrSourceClosed) {
 				return err
 			}
 			// A lasting failure is logged when it starts and then every 30 s,
@@ -293,7 +293,7 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 
 // item is one delivery on its way through the consumer.
 type item struct {
-	d        Delivery
+	d        broker.Delivery
 	msg      *Message // nil when the delivery has no valid ID
 	rawID    string
 	reason   string // dead-letter reason decided before the handler
@@ -311,10 +311,10 @@ type item struct {
 	warnedAt  time.Time // ordered: last logged as held long
 }
 
-func (c *Consumer) decode(d Delivery) *item {
+func (c *Consumer) decode(d broker.Delivery) *item {
 	key, raw := identity(d.Header)
 	it := &item{d: d, rawID: raw, key: key, attempt: max(d.Attempt(), 1)}
-	if sd, ok := d.(SequencedDelivery); ok {
+	if sd, ok := d.(broker.SequencedDelivery); ok {
 		it.seq, it.dseq = sd.Sequence()
 	}
 	if raw == "" {

@@ -97,10 +97,10 @@ func TestCrashedConsumerEffectsOnce(t *testing.T) {
 		point string
 		batch int
 	}{
-		{"single/after-commit", inbox.CrashAfterCommit, 1},
-		{"single/before-commit", inbox.CrashBeforeCommit, 1},
-		{"batch/after-commit", inbox.CrashAfterCommit, 5},
-		{"batch/before-commit", inbox.CrashBeforeCommit, 5},
+		{"single/after-commit", crashpoint.InboxAfterCommit, 1},
+		{"single/before-commit", crashpoint.InboxBeforeCommit, 1},
+		{"batch/after-commit", crashpoint.InboxAfterCommit, 5},
+		{"batch/before-commit", crashpoint.InboxBeforeCommit, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -122,7 +122,7 @@ func TestCrashedConsumerEffectsOnce(t *testing.T) {
 			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v", err)
 
 			committed := len(b.effects())
-			if tc.point == inbox.CrashAfterCommit {
+			if tc.point == crashpoint.InboxAfterCommit {
 				require.Positive(t, committed, "the transaction committed before the kill")
 			} else {
 				require.Zero(t, committed, "nothing committed before the kill")

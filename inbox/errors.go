@@ -3,8 +3,6 @@ package inbox
 import (
 	"errors"
 	"fmt"
-
-	"github.com/oncekit/oncekit/broker"
 )
 
 // ErrInvalidConfig is returned by NewConsumer for a Config it cannot use;
@@ -18,12 +16,6 @@ var ErrRetentionTooShort = errors.New("inbox: retention shorter than the redeliv
 // ErrTxOwned is returned when a handler tries to commit or roll back the
 // transaction the Consumer owns.
 var ErrTxOwned = errors.New("inbox: the transaction belongs to the consumer; return an error to roll back")
-
-// ErrSourceClosed is broker.ErrSourceClosed: a Source's Receive returns it
-// once the source is closed, and Run then returns it.
-//
-// Deprecated: use broker.ErrSourceClosed (this is the same value).
-var ErrSourceClosed = broker.ErrSourceClosed
 
 // ErrPanic wraps a value a handler panicked with.
 var ErrPanic = errors.New("inbox: handler panicked")

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
 )
@@ -94,7 +95,7 @@ func ExampleExponentialBackoff() {
 // wait, unlimited deliveries, 25 attempts and a 5 minute backoff cap, that is
 // 25 × 5.5 minutes.
 func ExampleHorizon() {
-	l := inbox.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: -1, Duplicates: 10 * time.Minute}
+	l := broker.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: -1, Duplicates: 10 * time.Minute}
 	fmt.Println(inbox.Horizon(l, 25, 5*time.Minute))
 	// Output: 2h17m30s
 }

@@ -48,21 +48,6 @@ func Chain(h Handler, mws ...Middleware) Handler {
 	return h
 }
 
-// Delivery is broker.Delivery.
-//
-// Deprecated: use broker.Delivery; the alias keeps existing sources compiling.
-type Delivery = broker.Delivery
-
-// Source is broker.Source.
-//
-// Deprecated: use broker.Source; the alias keeps existing sources compiling.
-type Source = broker.Source
-
-// SourceLimits is broker.SourceLimits.
-//
-// Deprecated: use broker.SourceLimits.
-type SourceLimits = broker.SourceLimits
-
 // RegisterUUID makes m encode a uuid.UUID (Message.ID) bound to a uuid
 // parameter directly, instead of through its driver.Valuer's text form and
 // a parse back, which costs pgx several microseconds per value. The wire

@@ -119,9 +119,9 @@ func (b *bundle) runKilled(ctx context.Context, slot, kills int, killed *atomic.
 	for round := 0; ctx.Err() == nil; round++ {
 		var env []string
 		if round < kills {
-			point := inbox.CrashBeforeCommit
+			point := crashpoint.InboxBeforeCommit
 			if (round+slot)%2 == 1 {
-				point = inbox.CrashAfterCommit
+				point = crashpoint.InboxAfterCommit
 			}
 			env = []string{crashpoint.EnvVar + "=" + point, crashpoint.EnvAfter + "=" + strconv.Itoa(2+rand.IntN(6))}
 		}

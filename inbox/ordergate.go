@@ -40,7 +40,7 @@ const (
 // before the sequence asked for proves nothing past where it stopped: the
 // gate holds the batch and reads again.
 type orderGate struct {
-	src   OrderedSource
+	src   broker.OrderedSource
 	db    oncekit.DB
 	store *Store
 	name  string
@@ -67,7 +67,7 @@ type pendingMsg struct {
 	id  uuid.UUID // uuid.Nil when raw is not one
 }
 
-func newOrderGate(src OrderedSource, db oncekit.DB, store *Store, name string, log *slog.Logger) *orderGate {
+func newOrderGate(src broker.OrderedSource, db oncekit.DB, store *Store, name string, log *slog.Logger) *orderGate {
 	return &orderGate{src: src, db: db, store: store, name: name, log: log,
 		keys: map[string][]uint64{}, pending: map[uint64]pendingMsg{}}
 }

@@ -14,18 +14,18 @@ import (
 // logSource is an OrderedSource over a fixed log whose Scan can be made to
 // stop short, as a reader on a replica that lags the stream does.
 type logSource struct {
-	Source
-	log   []Scanned
+	broker.Source
+	log   []broker.Scanned
 	short bool // Scan returns nothing, as if the log ended
 }
 
 func (s *logSource) AckFloor(context.Context) (uint64, error) { return 0, nil }
 
-func (s *logSource) Scan(_ context.Context, from, to uint64) ([]Scanned, error) {
+func (s *logSource) Scan(_ context.Context, from, to uint64) ([]broker.Scanned, error) {
 	if s.short || to < from {
 		return nil, nil
 	}
-	var out []Scanned
+	var out []broker.Scanned
 	for _, m := range s.log {
 		if m.Sequence >= from {
 			out = append(out, m)
@@ -37,8 +37,8 @@ func (s *logSource) Scan(_ context.Context, from, to uint64) ([]Scanned, error) 
 	return out, nil
 }
 
-func keyed(seq uint64, key string) Scanned {
-	return Scanned{Sequence: seq, Headers: map[string][]string{
+func keyed(seq uint64, key string) broker.Scanned {
+	return broker.Scanned{Sequence: seq, Headers: map[string][]string{
 		broker.HeaderKey: {key}, broker.HeaderMsgID: {"m" + string(rune('0'+seq))}}}
 }
 
@@ -58,7 +58,7 @@ func heldBehind(g *orderGate, seq uint64, key string) bool {
 // received a message in between: a new consumer leader whose state lags
 // the old one numbers its deliveries again from where its state ends.
 func TestOrderGateReadsGapsBetweenConsecutiveDeliveries(t *testing.T) {
-	src := &logSource{log: []Scanned{keyed(1, "a"), keyed(2, "k"), keyed(3, "k")}}
+	src := &logSource{log: []broker.Scanned{keyed(1, "a"), keyed(2, "k"), keyed(3, "k")}}
 	g := newTestGate(t, src)
 	g.observe([]*item{{seq: 1, dseq: 7, attempt: 1, key: "a", rawID: "m1"}})
 	g.observe([]*item{{seq: 3, dseq: 8, attempt: 1, key: "k", rawID: "m3"}}) // 2 went to another process
@@ -70,7 +70,7 @@ func TestOrderGateReadsGapsBetweenConsecutiveDeliveries(t *testing.T) {
 // stream, or believes the rest deleted) proves nothing past where it
 // stopped: the gate holds instead of taking the rest as known.
 func TestOrderGateHoldsWhenTheScanStopsShort(t *testing.T) {
-	src := &logSource{log: []Scanned{keyed(1, "k"), keyed(2, "k")}, short: true}
+	src := &logSource{log: []broker.Scanned{keyed(1, "k"), keyed(2, "k")}, short: true}
 	g := newTestGate(t, src)
 	g.observe([]*item{{seq: 2, dseq: 2, attempt: 1, key: "k", rawID: "m2"}})
 	require.Error(t, g.scanTo(context.Background(), 2), "a short scan is an error")

@@ -11,13 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Crash points on the processing path, for crash tests that kill the process
-// there (ONCEKIT_CRASHPOINT names one of them).
-const (
-	CrashBeforeCommit = "inbox.before-commit"
-	CrashAfterCommit  = "inbox.after-commit"
-)
-
 type outcomeKind int
 
 const (

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -16,14 +17,14 @@ func TestHorizon(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		l     inbox.SourceLimits
+		l     broker.SourceLimits
 		want  time.Duration
 		atts  int
 		maxBo time.Duration
 	}{
-		{"bounded deliveries", inbox.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: 10}, 10 * (30*time.Second + time.Minute), 5, time.Minute},
-		{"unlimited deliveries use max attempts", inbox.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: -1}, 5 * (30*time.Second + time.Minute), 5, time.Minute},
-		{"dedup window dominates", inbox.SourceLimits{AckWait: time.Second, MaxDeliver: 2, Duplicates: time.Hour}, time.Hour, 1, time.Second},
+		{"bounded deliveries", broker.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: 10}, 10 * (30*time.Second + time.Minute), 5, time.Minute},
+		{"unlimited deliveries use max attempts", broker.SourceLimits{AckWait: 30 * time.Second, MaxDeliver: -1}, 5 * (30*time.Second + time.Minute), 5, time.Minute},
+		{"dedup window dominates", broker.SourceLimits{AckWait: time.Second, MaxDeliver: 2, Duplicates: time.Hour}, time.Hour, 1, time.Second},
 	} {
 		require.Equal(t, tc.want, inbox.Horizon(tc.l, tc.atts, tc.maxBo), tc.name)
 	}

@@ -126,7 +126,7 @@ func (b *bundle) config(name string) *inbox.Config {
 }
 
 // start runs a consumer until the test ends.
-func (b *bundle) start(src inbox.Source, h inbox.Handler, cfg *inbox.Config) *inbox.Consumer {
+func (b *bundle) start(src broker.Source, h inbox.Handler, cfg *inbox.Config) *inbox.Consumer {
 	b.t.Helper()
 	c, err := inbox.NewConsumer(b.db.Pool, src, h, cfg)
 	require.NoError(b.t, err)
@@ -203,9 +203,9 @@ func rawPublish(t *testing.T, js jetstream.JetStream, subject string, headers ma
 // never reach the broker, as when the consumer process stalls or loses the
 // broker for longer than AckWait: the broker then redelivers messages that
 // are still being processed.
-type lostProgress struct{ inbox.Source }
+type lostProgress struct{ broker.Source }
 
-func (s lostProgress) Receive(ctx context.Context, max int) ([]inbox.Delivery, error) {
+func (s lostProgress) Receive(ctx context.Context, max int) ([]broker.Delivery, error) {
 	ds, err := s.Source.Receive(ctx, max)
 	for i, d := range ds {
 		ds[i] = noProgress{d}
@@ -213,6 +213,6 @@ func (s lostProgress) Receive(ctx context.Context, max int) ([]inbox.Delivery, e
 	return ds, err
 }
 
-type noProgress struct{ inbox.Delivery }
+type noProgress struct{ broker.Delivery }
 
 func (noProgress) InProgress(context.Context) error { return nil }

@@ -256,7 +256,7 @@ func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
 			r.out[pd.i].kind = outDropped
 		}
 	}
-	crashpoint.Hit(CrashBeforeCommit)
+	crashpoint.Hit(crashpoint.InboxBeforeCommit)
 	if err := r.tx.Commit(ctx); err != nil {
 		if definiteRollback(err) {
 			return fmt.Errorf("inbox: commit: %w", err)
@@ -269,7 +269,7 @@ func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
 		}
 		return nil
 	}
-	crashpoint.Hit(CrashAfterCommit)
+	crashpoint.Hit(crashpoint.InboxAfterCommit)
 	return nil
 }
 
@@ -299,14 +299,14 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome)
 		}
 	}
 	bs, pipelined := c.db.(batchSender)
-	if c.cfg.DisableClaim || len(ids) == 0 || !pipelined {
+	if c.cfg.Test.DisableClaim || len(ids) == 0 || !pipelined {
 		tx, err := c.db.Begin(ctx)
 		if err != nil {
 			return nil, nil, fmt.Errorf("inbox: begin: %w", err)
 		}
 		var claimed map[uuid.UUID]bool
 		switch {
-		case c.cfg.DisableClaim:
+		case c.cfg.Test.DisableClaim:
 		case len(ids) == 0:
 			claimed = map[uuid.UUID]bool{}
 		default:

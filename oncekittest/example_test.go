@@ -78,7 +78,7 @@ func TestReceiptIsSentOncePerOrder(t *testing.T) {
 	var calls atomic.Int32
 	email := sideeffect.ProviderFunc(func(ctx context.Context, c sideeffect.Call) (string, error) {
 		calls.Add(1)
-		require.Equal(t, sideeffect.Key("order-1", "email.receipt"), c.Key)
+		require.Equal(t, oncekit.DeriveKey("order-1", "email.receipt"), c.Key)
 		return "sent-1", nil
 	})
 	dispatcher, err := sideeffect.NewDispatcher(db.Pool, map[string]sideeffect.Provider{"email.receipt": email},

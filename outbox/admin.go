@@ -49,10 +49,6 @@ type Entry struct {
 	ParkedAt      *time.Time
 	// Published is true once the broker acknowledged the message.
 	Published bool
-	// PublishedAt is always nil: the time of publication is not recorded.
-	//
-	// Deprecated: use Published.
-	PublishedAt *time.Time
 }
 
 // State is the entry's state.

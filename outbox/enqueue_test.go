@@ -170,13 +170,15 @@ func TestNewValidatesConfig(t *testing.T) {
 func TestPartitionIsStable(t *testing.T) {
 	t.Parallel()
 	id := uuid.MustParse("0b7e6a3c-1f2d-4c5b-9a8e-7d6c5b4a3f21")
+	ob, err := outbox.New(&outbox.Config{Partitions: 16})
+	require.NoError(t, err)
 	// Pinned: changing the hash would move keys between partitions and break
 	// per-key order across a deploy.
-	require.Equal(t, 13, outbox.PartitionOf(broker.Message{Key: "order-1"}, 16))
-	require.Equal(t, outbox.PartitionOf(broker.Message{Key: "order-1", ID: uuid.New()}, 16), outbox.PartitionOf(broker.Message{Key: "order-1", ID: id}, 16))
+	require.Equal(t, 13, ob.Partition(broker.Message{Key: "order-1"}))
+	require.Equal(t, ob.Partition(broker.Message{Key: "order-1", ID: uuid.New()}), ob.Partition(broker.Message{Key: "order-1", ID: id}))
 	counts := make([]int, 16)
 	for i := 0; i < 16000; i++ {
-		counts[outbox.PartitionOf(broker.Message{ID: uuid.New()}, 16)]++
+		counts[ob.Partition(broker.Message{ID: uuid.New()})]++
 	}
 	for p, n := range counts {
 		require.Greater(t, n, 700, "partition %d", p)

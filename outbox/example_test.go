@@ -52,9 +52,13 @@ func ExampleOutbox_Enqueue() {
 }
 
 // Messages with the same ordering key share a partition, so they keep their order.
-func ExamplePartitionOf() {
-	a := outbox.PartitionOf(broker.Message{Key: "order-1"}, 16)
-	b := outbox.PartitionOf(broker.Message{Key: "order-1"}, 16)
+func ExampleOutbox_Partition() {
+	ob, err := outbox.New(&outbox.Config{Partitions: 16})
+	if err != nil {
+		panic(err)
+	}
+	a := ob.Partition(broker.Message{Key: "order-1"})
+	b := ob.Partition(broker.Message{Key: "order-1"})
 	fmt.Println(a == b, a)
 	// Output: true 13
 }

@@ -229,12 +229,12 @@ func withTrace(h map[string]string, tc trace.Carrier) map[string]string {
 // Partition returns the partition m is stored in: a stable hash (FNV-1a) of
 // its ordering key, or of its ID when the key is empty, modulo Partitions.
 func (o *Outbox) Partition(m broker.Message) int {
-	return PartitionOf(m, o.partitions)
+	return partitionOf(m, o.partitions)
 }
 
-// PartitionOf returns m's partition among n: a stable hash (FNV-1a, 64 bit)
+// partitionOf returns m's partition among n: a stable hash (FNV-1a, 64 bit)
 // of m.Key, or of m.ID's bytes when the key is empty, modulo n.
-func PartitionOf(m broker.Message, n int) int {
+func partitionOf(m broker.Message, n int) int {
 	h := fnv.New64a()
 	if m.Key != "" {
 		_, _ = h.Write([]byte(m.Key))

@@ -60,12 +60,6 @@ type RelayConfig struct {
 	// BrokerBackoffMax caps the exponential backoff of a partition while the
 	// broker is unreachable. Defaults to 10s.
 	BrokerBackoffMax time.Duration
-	// DeleteOnPublish has no effect.
-	//
-	// Deprecated: the relay no longer writes published rows (it moves a
-	// cursor per partition), so deleting them as they go out would cost more
-	// than it saves. Use a short Retention instead.
-	DeleteOnPublish bool
 	// Retention is how long published messages stay in the outbox, counted
 	// from their Enqueue, before the retention loop deletes them; until then
 	// Enqueue reports their IDs as duplicates. Defaults to 24h; negative

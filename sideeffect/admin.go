@@ -65,7 +65,7 @@ func (l *Ledger) Get(ctx context.Context, q oncekit.Querier, id int64) (Row, err
 func scanRow(row pgx.CollectableRow) (Row, error) {
 	var r Row
 	var state string
-	err := row.Scan(&r.ID, &r.SourceID, &r.Kind, &r.Payload, &r.IdempotencyKey, &state, &r.Attempts, &r.NextAttemptAt,
+	err := row.Scan(&r.ID, &r.SourceID, &r.Kind, &r.Payload, &r.Key, &state, &r.Attempts, &r.NextAttemptAt,
 		&r.LeaseOwner, &r.LeaseExpiresAt, &r.ProviderRef, &r.LastError,
 		&r.ResolvedBy, &r.ResolutionNote, &r.ResolvedAt,
 		&r.CreatedAt, &r.FiredAt, &r.ConfirmedAt, &r.UpdatedAt)

@@ -56,7 +56,7 @@ func TestOperatorRetryAndResolve(t *testing.T) {
 		r, err := b.ledger.Get(ctx, b.db.Pool, id)
 		require.NoError(t, err)
 		require.Equal(t, sideeffect.StatePending, r.State)
-		require.Equal(t, keys[i+1], r.IdempotencyKey)
+		require.Equal(t, keys[i+1], r.Key)
 	}
 	err = b.ledger.Retry(ctx, b.db.Pool, ids[1], d)
 	require.True(t, errors.Is(err, sideeffect.ErrWrongState), "pending cannot be retried: %v", err)

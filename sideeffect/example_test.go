@@ -37,7 +37,7 @@ func ExampleLedger_Record() {
 		if err != nil {
 			return err
 		}
-		log.Printf("effect %d key %s (already recorded: %v)", rec.ID, rec.IdempotencyKey, rec.Existing)
+		log.Printf("effect %d key %s (already recorded: %v)", rec.ID, rec.Key, rec.Existing)
 		return nil
 	})
 	if err != nil {
@@ -83,12 +83,4 @@ func ExampleDefinite() {
 	d, _ := sideeffect.RetryAfterOf(busy)
 	fmt.Println(sideeffect.IsDefinite(rejected), sideeffect.IsDefinite(busy), d, sideeffect.IsDefinite(reset))
 	// Output: true false 30s false
-}
-
-func ExampleKey() {
-	fmt.Println(sideeffect.Key("pay_123", "email.receipt") == sideeffect.Key("pay_123", "email.receipt"))
-	fmt.Println(sideeffect.Key("pay_123", "email.receipt") == sideeffect.Key("pay_123", "sms.receipt"))
-	// Output:
-	// true
-	// false
 }

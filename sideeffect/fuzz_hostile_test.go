@@ -82,7 +82,7 @@ func FuzzDispatchHostileAnswers(f *testing.F) {
 				if err != nil {
 					return err
 				}
-				keys = append(keys, r.IdempotencyKey)
+				keys = append(keys, r.Key)
 			}
 			answers.Store(keys[0], answer{status: status, ref: ref, ctype: ctype, header: header, body: body})
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/sideeffect"
@@ -70,7 +71,7 @@ func TestLedgerRowsSurviveTheHOTClaimMigration(t *testing.T) {
 	keys := make([]string, 5)
 	for i := range keys {
 		src := fmt.Sprintf("src-hot-%d", i)
-		keys[i] = sideeffect.Key(src, "order.paid")
+		keys[i] = oncekit.DeriveKey(src, "order.paid")
 		_, err := db.Pool.Exec(ctx, `INSERT INTO side_effects (source_id, kind, payload, idempotency_key) VALUES ($1, 'order.paid', $2, $3)`,
 			src, []byte(fmt.Sprintf(`{"n":%d}`, i)), keys[i])
 		require.NoError(t, err)

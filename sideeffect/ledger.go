@@ -66,17 +66,13 @@ type Effect struct {
 type Recorded struct {
 	// ID is the row's ID, as shown by `oncekit effects list`.
 	ID int64
-	// IdempotencyKey is oncekit.DeriveKey(SourceID, Kind), sent with every
-	// call to the provider.
-	IdempotencyKey string
+	// Key is the effect's idempotency key, oncekit.DeriveKey(SourceID,
+	// Kind), sent with every call to the provider (Call.Key).
+	Key string
 	// Existing is true when the effect had already been recorded: nothing
 	// was written, and ID is the first row's. The first payload is kept.
 	Existing bool
 }
-
-// Key returns the idempotency key of the effect of kind caused by sourceID,
-// the same one Record stores: oncekit.DeriveKey(sourceID, kind).
-func Key(sourceID, kind string) string { return oncekit.DeriveKey(sourceID, kind) }
 
 // Config configures a Ledger. The zero value works.
 type Config struct {
@@ -155,7 +151,7 @@ func (l *Ledger) Record(ctx context.Context, tx pgx.Tx, eff Effect) (Recorded, e
 	if payload == nil {
 		payload = []byte{}
 	}
-	key := Key(eff.SourceID, eff.Kind)
+	key := oncekit.DeriveKey(eff.SourceID, eff.Kind)
 	var tc any // NULL without a trace context
 	if c := l.prop.Inject(ctx); len(c) > 0 {
 		b, err := json.Marshal(c)
@@ -165,7 +161,7 @@ func (l *Ledger) Record(ctx context.Context, tx pgx.Tx, eff Effect) (Recorded, e
 		tc = string(b)
 	}
 	var r Recorded
-	err := tx.QueryRow(ctx, l.sql.insert, eff.SourceID, eff.Kind, payload, key, tc).Scan(&r.ID, &r.IdempotencyKey)
+	err := tx.QueryRow(ctx, l.sql.insert, eff.SourceID, eff.Kind, payload, key, tc).Scan(&r.ID, &r.Key)
 	if err == nil {
 		return r, nil
 	}
@@ -174,7 +170,7 @@ func (l *Ledger) Record(ctx context.Context, tx pgx.Tx, eff Effect) (Recorded, e
 	}
 	// ON CONFLICT DO NOTHING: the row exists (committed by now, since the
 	// insert waited for any concurrent inserter).
-	if err := tx.QueryRow(ctx, l.sql.selectBySource, eff.SourceID, eff.Kind).Scan(&r.ID, &r.IdempotencyKey); err != nil {
+	if err := tx.QueryRow(ctx, l.sql.selectBySource, eff.SourceID, eff.Kind).Scan(&r.ID, &r.Key); err != nil {
 		return Recorded{}, fmt.Errorf("sideeffect: record %s: read existing: %w", eff.Kind, err)
 	}
 	r.Existing = true
@@ -183,13 +179,13 @@ func (l *Ledger) Record(ctx context.Context, tx pgx.Tx, eff Effect) (Recorded, e
 
 // Row is a recorded effect as stored.
 type Row struct {
-	ID             int64
-	SourceID       string
-	Kind           string
-	Payload        []byte
-	IdempotencyKey string
-	State          State
-	Attempts       int
+	ID       int64
+	SourceID string
+	Kind     string
+	Payload  []byte
+	Key      string // the effect's idempotency key
+	State    State
+	Attempts int
 	// NextAttemptAt is when the dispatcher next looks at the row: the due
 	// time while pending (and while fired, the due time it was claimed at,
 	// or its next try after an indefinite error). Nil once the row is

@@ -25,7 +25,7 @@ func TestRecordTwiceInTwoTransactionsIsOneRow(t *testing.T) {
 	first, err := b.ledger.Record(ctx, tx1, eff)
 	require.NoError(t, err)
 	require.False(t, first.Existing)
-	require.Equal(t, oncekit.DeriveKey("pay_1", "email.receipt"), first.IdempotencyKey)
+	require.Equal(t, oncekit.DeriveKey("pay_1", "email.receipt"), first.Key)
 
 	// The second transaction races the first: its insert waits on the
 	// uncommitted row and then finds it.
@@ -53,7 +53,7 @@ func TestRecordTwiceInTwoTransactionsIsOneRow(t *testing.T) {
 	require.NoError(t, got.err)
 	require.True(t, got.r.Existing)
 	require.Equal(t, first.ID, got.r.ID)
-	require.Equal(t, first.IdempotencyKey, got.r.IdempotencyKey)
+	require.Equal(t, first.Key, got.r.Key)
 	require.NoError(t, tx2.Commit(ctx))
 
 	require.Equal(t, 1, b.countState(t, sideeffect.StatePending))

@@ -49,7 +49,7 @@ func (b *bundle) record(t testing.TB, kind string, n int) []string {
 			if err != nil {
 				return err
 			}
-			keys = append(keys, r.IdempotencyKey)
+			keys = append(keys, r.Key)
 		}
 		return nil
 	}))

@@ -109,6 +109,6 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 
 	require.Equal(t, traces, inCall)
 	for order, tc := range traces {
-		require.Equal(t, got{tc.Traceparent, tc.Tracestate}, received[sideeffect.Key(order, "webhook.paid")], order)
+		require.Equal(t, got{tc.Traceparent, tc.Tracestate}, received[oncekit.DeriveKey(order, "webhook.paid")], order)
 	}
 }

@@ -105,7 +105,7 @@ func (s *Source) Scan(ctx context.Context, from, to uint64) ([]broker.Scanned, e
 			return nil, ctx.Err()
 		case <-s.done:
 			sc.stopLocked()
-			return nil, ErrSourceClosed
+			return nil, broker.ErrSourceClosed
 		}
 	}
 }

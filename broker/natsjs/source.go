@@ -88,10 +88,6 @@ var (
 // required field or with a negative AckWait, MaxAckPending or Prefetch.
 var ErrInvalidSource = errors.New("natsjs: invalid source config")
 
-// ErrSourceClosed is returned by Receive after Close; it is
-// broker.ErrSourceClosed, so the consumer's Run stops with it.
-var ErrSourceClosed = broker.ErrSourceClosed
-
 // NewSource creates or updates the durable consumer and returns a Source
 // reading it. Messages are fetched from the first Receive on.
 func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (*Source, error) {
@@ -188,7 +184,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]broker.Delivery, error
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-s.done:
-		return nil, ErrSourceClosed
+		return nil, broker.ErrSourceClosed
 	case <-s.ended:
 		select {
 		case first = <-s.msgs:
@@ -232,7 +228,7 @@ func (s *Source) Limits(ctx context.Context) (broker.SourceLimits, error) {
 func (s *Source) Close() {
 	s.close.Do(func() {
 		close(s.done)
-		s.start.Do(func() { s.startErr = ErrSourceClosed })
+		s.start.Do(func() { s.startErr = broker.ErrSourceClosed })
 		if s.cc != nil {
 			s.cc.Stop()
 		}

@@ -54,7 +54,7 @@ func TestSourceDeliversWithMetadataAndLimits(t *testing.T) {
 
 	src.Close()
 	_, err = src.Receive(rctx, 1)
-	require.ErrorIs(t, err, natsjs.ErrSourceClosed)
+	require.ErrorIs(t, err, broker.ErrSourceClosed)
 }
 
 func TestNewSourceValidates(t *testing.T) {

@@ -139,7 +139,7 @@ func e2eCrash(t *testing.T, kind, addr, dest string, inBroker func() int) {
 	require.EqualValues(t, n, bl.Pending, "nothing was marked published")
 
 	// 2. A consumer commits its first message and dies before acking it.
-	runKilled(t, env, "consumer", inbox.CrashAfterCommit)
+	runKilled(t, env, "consumer", crashpoint.InboxAfterCommit)
 	effects := func() (total, distinct int) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT message_id) FROM effects`).Scan(&total, &distinct))
 		return total, distinct

@@ -98,7 +98,7 @@ func effectsJSON(rows []sideeffect.Row) []effectJSON {
 	out := make([]effectJSON, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, effectJSON{ID: r.ID, SourceID: r.SourceID, Kind: r.Kind, State: string(r.State),
-			IdempotencyKey: r.IdempotencyKey, Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
+			IdempotencyKey: r.Key, Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
 			LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, ProviderRef: r.ProviderRef,
 			LastError: r.LastError, ResolvedBy: r.ResolvedBy, ResolutionNote: r.ResolutionNote,
 			ResolvedAt: r.ResolvedAt, CreatedAt: r.CreatedAt, FiredAt: r.FiredAt, ConfirmedAt: r.ConfirmedAt,

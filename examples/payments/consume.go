@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/sideeffect"
@@ -29,7 +30,7 @@ func runConsume(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstre
 // two side effects; it acks the broker only after that commit. Ordered: an
 // account's payments are applied in the order they were created.
 func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*inbox.Consumer, error) {
-	var src inbox.OrderedSource
+	var src broker.OrderedSource
 	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{
 		Stream: stream, Durable: consumerName, FilterSubjects: []string{subject}, AckWait: cfg.AckWait,
 	})
@@ -64,9 +65,11 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	})
 	return inbox.NewConsumer(pool, src, h, &inbox.Config{
 		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
-		Backoff:          inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-		DisableClaim:     apart != nil,                     // the broken build claims on its own
-		DisableOrderGate: cfg.Broken == brokenGateBypassed, // order within one process only
+		Backoff: inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		Test: inbox.TestConfig{
+			DisableClaim:     apart != nil,                     // the broken build claims on its own
+			DisableOrderGate: cfg.Broken == brokenGateBypassed, // order within one process only
+		},
 	})
 }
 

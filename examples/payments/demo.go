@@ -26,7 +26,6 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/drift"
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/sideeffect"
 )
 
 // runDemo runs every role in this process against the local PostgreSQL and
@@ -110,7 +109,7 @@ func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.Jet
 		}
 		fmt.Printf("   %-16s %-26s → %d %s\n", or(step.key, "-"), step.what, status, summarize(status, replayed, body))
 		if i == 0 || (status == http.StatusCreated && replayed == "") {
-			ids = appendNew(ids, idempotency.DeriveID(demoCaller, step.key).String())
+			ids = appendNew(ids, oncekit.DeriveID(demoCaller, step.key).String())
 		}
 	}
 
@@ -153,7 +152,7 @@ func demo(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.Jet
 		}
 		fmt.Printf("   payment %s…: %d ledger entry", id[:8], entries)
 		for _, kind := range []string{kindCapture, kindReceipt} {
-			key := sideeffect.Key(id, kind)
+			key := oncekit.DeriveKey(id, kind)
 			n, executed, lost := 0, 0, 0
 			for _, call := range calls {
 				if call.Key == key {

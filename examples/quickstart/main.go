@@ -184,7 +184,7 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 
 	// 9. Wait for the receipt: confirmed once.
-	payment := idempotency.DeriveID(client, key).String()
+	payment := oncekit.DeriveID(client, key).String()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -11,9 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/outbox"
-	"github.com/oncekit/oncekit/sideeffect"
 )
 
 // The invariants the checker holds the run to, by the names a failed verdict
@@ -151,7 +150,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, cal
 func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
 	asked := map[string]bool{}
 	for _, op := range ops {
-		id := idempotency.DeriveID(apiCaller, op.Key).String()
+		id := oncekit.DeriveID(apiCaller, op.Key).String()
 		p, exists := payments[id]
 		switch op.Outcome {
 		case OK:
@@ -206,7 +205,7 @@ func checkResponses(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(
 		return fmt.Errorf("read idempotency keys: %w", err)
 	}
 	for _, op := range ops {
-		id := idempotency.DeriveID(apiCaller, op.Key).String()
+		id := oncekit.DeriveID(apiCaller, op.Key).String()
 		if _, exists := payments[id]; !exists || op.Reuse {
 			continue
 		}
@@ -358,7 +357,7 @@ func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment
 			v.Executions++
 			executed[e]++
 		}
-		if want := sideeffect.Key(c.PaymentID, c.Kind); c.Key != want {
+		if want := oncekit.DeriveKey(c.PaymentID, c.Kind); c.Key != want {
 			v.MismatchedKeys++
 			v.fail(InvKeyStable, "%s of payment %s called with key %.12s…, derived key %.12s…", c.Kind, c.PaymentID, c.Key, want)
 		}

@@ -12,6 +12,12 @@ import (
 	"syscall"
 )
 
+// The inbox's crash points: handled, not committed; committed, not acked.
+const (
+	InboxBeforeCommit = "inbox.before-commit"
+	InboxAfterCommit  = "inbox.after-commit"
+)
+
 // EnvVar names the crash point a process should die at.
 const EnvVar = "ONCEKIT_CRASHPOINT"
 
