@@ -50,3 +50,31 @@ func TestDocsStayInsideTheRepository(t *testing.T) {
 		}
 	}
 }
+
+// The README's quickstart is examples/quickstart's setUp, word for word, so
+// it compiles (and runs, in the example's test) in make test: every error
+// checked, every name defined.
+func TestReadmeQuickstartIsTheExamplesCode(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("examples/quickstart/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Quickstart\n")
+	_, block, ok2 := strings.Cut(section, "```go\n")
+	block, _, ok3 := strings.Cut(block, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md has no Go block under ## Quickstart")
+	}
+	start := strings.Index(string(src), "// setUp wires")
+	end := strings.Index(string(src)[max(start, 0):], "\n}\n")
+	if start < 0 || end < 0 {
+		t.Fatal("examples/quickstart/main.go has no setUp")
+	}
+	if fn := string(src)[start : start+end+3]; block != fn {
+		t.Errorf("README's quickstart differs from examples/quickstart's setUp; paste the function into README.md:\n%s", fn)
+	}
+}

@@ -29,10 +29,10 @@
 //			return err
 //		}))
 //
-// Watermill's handler signature has no room for a transaction, and oncekit
-// never smuggles one through a context, so instead of a
-// message.HandlerMiddleware the package adapts a handler that takes the
-// transaction into a message.HandlerFunc; watermill middleware (Retry,
+// Watermill's handler signature has no room for a transaction, and a
+// transaction the handler must use is best a parameter it cannot miss, so
+// instead of a message.HandlerMiddleware the package adapts a handler that
+// takes the transaction into a message.HandlerFunc; watermill middleware (Retry,
 // PoisonQueue, Recoverer) composes around it as usual.
 //
 // Per message: the message ID is read (Config.MessageID; by default the

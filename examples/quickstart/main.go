@@ -50,121 +50,48 @@ func main() {
 func run(ctx context.Context, out io.Writer) error {
 	schema := getenv("ONCEKIT_SCHEMA", "oncekit")
 
-	// 1. A pool, and oncekit's tables in their schema.
+	// A pool, and the service's own table.
 	pool, err := pgxpool.New(ctx, getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := migrations.Up(ctx, pool, migrations.WithSchema(schema)); err != nil {
-		return fmt.Errorf("migrate (is PostgreSQL up?): %w", err)
-	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS quickstart_payments (id uuid PRIMARY KEY, amount int NOT NULL)`); err != nil {
-		return err
+		return fmt.Errorf("create the payments table (is PostgreSQL up?): %w", err)
 	}
-
-	// 2. A JetStream stream for the events (its dedup window absorbs republished IDs).
-	// The quickstart has its own: examples/payments uses PAYMENTS (payments.>) on the same server.
+	// The quickstart has its own stream: examples/payments uses PAYMENTS (payments.>) on the same server.
 	nc, err := nats.Connect(getenv("NATS_URL", nats.DefaultURL))
 	if err != nil {
 		return fmt.Errorf("connect to NATS: %w", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: "QUICKSTART", Subjects: []string{"quickstart.>"}}); err != nil {
-		return err
-	}
 
-	// 3. The outbox: events written in the business transaction.
-	ob, err := outbox.New(&outbox.Config{Schema: schema})
-	if err != nil {
-		return err
-	}
-
-	// 4. The relay publishes committed events (normally `oncekit relay`).
-	pub, err := natsjs.NewPublisher(nc, nil)
-	if err != nil {
-		return err
-	}
-	relay, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: schema})
-	if err != nil {
-		return err
-	}
-
-	// 5. A consumer that records a receipt email in the same transaction as its claim.
-	ledger, err := sideeffect.New(&sideeffect.Config{Schema: schema})
-	if err != nil {
-		return err
-	}
-	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "QUICKSTART", Durable: "receipts"})
-	if err != nil {
-		return err
-	}
-	consumer, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(
-		func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-			_, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: msg.Key, Kind: "email.receipt", Payload: msg.Payload})
-			return err
-		}), &inbox.Config{Name: "receipts", Schema: schema})
-	if err != nil {
-		return err
-	}
-
-	// 6. The dispatcher sends each receipt through its provider, always with the same key.
+	// A provider that counts its calls.
 	var calls atomic.Int32
 	email := sideeffect.ProviderFunc(func(ctx context.Context, c sideeffect.Call) (string, error) {
 		calls.Add(1)
 		fmt.Fprintf(out, "email provider: receipt for payment %s, Idempotency-Key %s…\n", c.SourceID, c.Key[:16])
 		return "mail-" + c.Key[:8], nil
 	})
-	dispatcher, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{"email.receipt": email},
-		&sideeffect.DispatcherConfig{Schema: schema})
+	mux, daemons, err := setUp(ctx, pool, nc, schema, email, authenticate, callerOf)
 	if err != nil {
 		return err
 	}
-
-	daemons, stop := context.WithCancel(ctx)
+	dctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for _, daemon := range []func(context.Context) error{relay.Run, consumer.Run, dispatcher.Run} {
+	for _, daemon := range daemons {
 		wg.Go(func() {
-			if err := daemon(daemons); err != nil && !errors.Is(err, context.Canceled) {
+			if err := daemon(dctx); err != nil && !errors.Is(err, context.Canceled) {
 				fmt.Fprintln(os.Stderr, "quickstart:", err)
 			}
 		})
 	}
 	defer func() { stop(); wg.Wait() }()
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
 
-	// 7. The HTTP edge: the payment row, its event and the stored response commit together.
-	// It sits behind authentication and scopes keys by the authenticated caller.
-	edge, err := idempotency.New(pool, &idempotency.Config{Schema: schema})
-	if err != nil {
-		return err
-	}
-	createPayment, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx, Tenant: callerOf})
-	if err != nil {
-		return err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /payments", authenticate(createPayment(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := idempotency.Tx(r)
-		info, _ := idempotency.FromRequest(r)
-		id := info.ID() // derived from the key: the same on every retry
-		if _, err := tx.Exec(r.Context(), `INSERT INTO quickstart_payments (id, amount) VALUES ($1, 100)`, id); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		if _, err := ob.Enqueue(r.Context(), tx, broker.Message{
-			ID: oncekit.DeriveID(id.String(), "PaymentCreated"), Subject: "quickstart.payments.created",
-			Key: id.String(), Payload: fmt.Appendf(nil, `{"payment":%q,"amount":100}`, id),
-		}); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"id":%q}`, id)
-	}))))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -173,7 +100,7 @@ func run(ctx context.Context, out io.Writer) error {
 	go func() { _ = api.Serve(ln) }()
 	defer api.Close()
 
-	// 8. A client whose first response is lost sends the request again with the same key.
+	// A client whose first response is lost sends the request again with the same key.
 	key := rand.Text()
 	for _, attempt := range []string{"first", "retry"} {
 		status, replayed, err := post(ctx, "http://"+ln.Addr().String()+"/payments", key)
@@ -183,7 +110,7 @@ func run(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "POST /payments (%s) → %d Idempotent-Replayed=%q\n", attempt, status, replayed)
 	}
 
-	// 9. Wait for the receipt: confirmed once.
+	// Wait for the receipt: confirmed once.
 	payment := oncekit.DeriveID(client, key).String()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -207,6 +134,97 @@ func run(ctx context.Context, out io.Writer) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// setUp wires oncekit into a service, in the order a service does it, and
+// returns its HTTP handler and the daemons to run. authenticate is the
+// service's authentication, and callerOf reads the caller it admitted: the
+// edge scopes keys by caller.
+func setUp(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, schema string, emailProvider sideeffect.Provider,
+	authenticate func(http.Handler) http.Handler, callerOf func(*http.Request) (string, error),
+) (http.Handler, []func(context.Context) error, error) {
+	// 1. oncekit's tables, in their schema.
+	if _, err := migrations.Up(ctx, pool, migrations.WithSchema(schema)); err != nil {
+		return nil, nil, err
+	}
+
+	// 2. A JetStream stream; its dedup window absorbs republished event IDs.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: "QUICKSTART", Subjects: []string{"quickstart.>"}}); err != nil {
+		return nil, nil, err
+	}
+
+	// 3. The outbox, and 4. its relay (normally the `oncekit relay` daemon).
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := natsjs.NewPublisher(nc, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	relay, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	// 5. A consumer: the claim and the handler's writes commit together.
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "QUICKSTART", Durable: "receipts"})
+	if err != nil {
+		return nil, nil, err
+	}
+	consumer, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(
+		func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			_, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: msg.Key, Kind: "email.receipt", Payload: msg.Payload})
+			return err
+		}), &inbox.Config{Name: "receipts", Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	// 6. The dispatcher calls each effect's provider with the effect's key.
+	dispatcher, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{"email.receipt": emailProvider},
+		&sideeffect.DispatcherConfig{Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	// 7. The HTTP edge: payment, event and stored response commit together.
+	edge, err := idempotency.New(pool, &idempotency.Config{Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	createPayment, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx, Tenant: callerOf})
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", authenticate(createPayment(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.Tx(r)
+		info, _ := idempotency.FromRequest(r)
+		id := info.ID() // derived from the key: the same on every retry
+		if _, err := tx.Exec(r.Context(), `INSERT INTO quickstart_payments (id, amount) VALUES ($1, 100)`, id); err != nil {
+			http.Error(w, "could not create the payment", http.StatusServiceUnavailable) // a 5xx rolls back and frees the key
+			return
+		}
+		if _, err := ob.Enqueue(r.Context(), tx, broker.Message{
+			ID: oncekit.DeriveID(id.String(), "PaymentCreated"), Subject: "quickstart.payments.created",
+			Key: id.String(), Payload: fmt.Appendf(nil, `{"payment":%q,"amount":100}`, id),
+		}); err != nil {
+			http.Error(w, "could not create the payment", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q}`, id)
+	}))))
+	return mux, []func(context.Context) error{relay.Run, consumer.Run, dispatcher.Run}, nil
 }
 
 // client is the one caller of the quickstart's API, and clientToken its

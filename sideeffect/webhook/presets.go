@@ -12,9 +12,9 @@ import (
 
 // KeyPreset says how a receiver expects the effect's idempotency key: the
 // request header that carries it, the longest key the receiver accepts and
-// the characters it takes. The key oncekit sends is the effect's key
-// (sideeffect.DeriveKey: 64 lowercase hex characters unless the effect set
-// its own), the same on every attempt; a derived key fits every preset.
+// the characters it takes. The key oncekit sends is the effect's key,
+// oncekit.DeriveKey(SourceID, Kind): 64 lowercase hex characters, the same
+// on every attempt, which fits every preset.
 type KeyPreset struct {
 	// Provider names the receiver, for errors.
 	Provider string
