@@ -13,6 +13,8 @@ help: ## list the targets
 test: ## run every test with the race detector (real PostgreSQL and NATS)
 	$(GO) vet ./...
 	$(GO) test -race -timeout 30m ./...
+	cd cmd/oncekit && $(GO) vet ./... && $(GO) test -race -timeout 20m ./...
+	cd internal/brokertests && $(GO) vet ./... && $(GO) test -race -timeout 20m ./...
 	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
 	cd examples/kafka && $(GO) vet ./...
 	cd examples/sqs && $(GO) vet ./... && $(GO) test ./...
@@ -29,7 +31,7 @@ LEDGER_ONCE  := SELECT p.id FROM payments_demo.payments p LEFT JOIN payments_dem
 demo: ## the payments example end to end on the local services, then `oncekit drift` on its tables
 	$(GO) run ./examples/payments demo
 	@echo; echo '$$ oncekit drift --schema payments_demo --expect … --rule …'
-	$(GO) run ./cmd/oncekit drift --schema payments_demo \
+	cd cmd/oncekit && $(GO) run . drift --schema payments_demo \
 		--expect 'payment_captured=provider.capture:$(PAYMENTS_SQL)' \
 		--expect 'payment_receipted=receipt.email:$(PAYMENTS_SQL)' \
 		--rule 'ledger_once=$(LEDGER_ONCE)'
@@ -65,11 +67,12 @@ bench-scale: ## each hot path's rate at SCALE_ROWS retained rows, retention unde
 results: ## bench-summary.txt and bench/RESULTS.md from the last bench.txt (BENCH_NOTE adds a sentence)
 	cd bench && $(GO) run ./cmd/benchsum -results RESULTS.md -note "$(BENCH_NOTE)" < ../bench.txt | tee ../bench-summary.txt
 
-build: ## build the oncekit binary into bin/
-	$(GO) build -o bin/oncekit ./cmd/oncekit
+build: ## build the oncekit binary into bin/ (cmd/oncekit is a module of its own)
+	cd cmd/oncekit && $(GO) build -o ../../bin/oncekit .
 
-vet: ## go vet
+vet: ## go vet, in every module
 	$(GO) vet ./...
+	for m in cmd/oncekit internal/brokertests bench examples/kafka examples/sqs; do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 FUZZTIME ?= 30s
 # Every fuzz target, as package:target. The hostile-input targets (inbox,

@@ -94,3 +94,20 @@ func TestExamplesImportNoInternalPackage(t *testing.T) {
 		t.Fatalf("found %d example_test.go files; expected every package's", files)
 	}
 }
+
+// A service that imports the library carries no client of a broker it does
+// not use, and none of the CLI's dependencies: the CLI and the tests that
+// run on RabbitMQ and Redis are modules of their own.
+func TestLibraryModuleCarriesNoBrokerClient(t *testing.T) {
+	out, err := exec.Command("go", "mod", "graph").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, client := range []string{"github.com/rabbitmq/", "github.com/redis/", "watermill-amqp", "watermill-redisstream"} {
+			if strings.Contains(line, client) {
+				t.Errorf("go mod graph: %s", line)
+			}
+		}
+	}
+}

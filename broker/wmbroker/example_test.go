@@ -4,8 +4,7 @@ import (
 	"context"
 	"log"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -14,21 +13,18 @@ import (
 	"github.com/oncekit/oncekit/outbox"
 )
 
-// The relay publishing to RabbitMQ and the inbox consuming from it, through
-// watermill-amqp.
+// The relay publishing to, and the inbox consuming from, any watermill
+// pub/sub; RabbitMQ's, say (watermill-amqp, with Publish.ConfirmDelivery set
+// so that Publish returns once RabbitMQ stored the message).
 func Example() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres")
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg := amqp.NewDurableQueueConfig("amqp://guest:guest@127.0.0.1:5672/")
-	cfg.Publish.ConfirmDelivery = true // Publish returns once RabbitMQ stored the message
+	var wpub message.Publisher  // amqp.NewPublisher(cfg, logger)
+	var wsub message.Subscriber // amqp.NewSubscriber(cfg, logger)
 
-	wpub, err := amqp.NewPublisher(cfg, watermill.NopLogger{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	pub, err := wmbroker.NewPublisher(wpub, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -39,10 +35,6 @@ func Example() {
 	}
 	go func() { _ = relay.Run(ctx) }()
 
-	wsub, err := amqp.NewSubscriber(cfg, watermill.NopLogger{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	src, err := wmbroker.NewSource(ctx, wsub, &wmbroker.SourceConfig{Topics: []string{"payments"}})
 	if err != nil {
 		log.Fatal(err)

@@ -295,11 +295,17 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 
 type binaries struct{ payments, oncekit string }
 
-// build compiles the example and the CLI as they would be deployed.
+// build compiles the example and the CLI (a module of its own) as they
+// would be deployed.
 func build(ctx context.Context, dir string) (binaries, error) {
 	b := binaries{payments: filepath.Join(dir, "payments"), oncekit: filepath.Join(dir, "oncekit")}
-	for out, pkg := range map[string]string{b.payments: "github.com/oncekit/oncekit/examples/payments", b.oncekit: "github.com/oncekit/oncekit/cmd/oncekit"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/oncekit/oncekit").Output()
+	if err != nil {
+		return b, fmt.Errorf("find the module: %w", err)
+	}
+	for out, pkg := range map[string]string{b.payments: "./examples/payments", b.oncekit: "./cmd/oncekit"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, ".")
+		cmd.Dir = filepath.Join(strings.TrimSpace(string(root)), pkg)
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return b, fmt.Errorf("go build %s: %w: %s", pkg, err, msg)
 		}

@@ -207,8 +207,8 @@ func OncekitBinary(t testing.TB) string {
 			return
 		}
 		tmp := filepath.Join(dir, fmt.Sprintf("build-%d", os.Getpid()))
-		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/oncekit")
-		cmd.Dir = root
+		cmd := exec.Command("go", "build", "-o", tmp, ".")
+		cmd.Dir = filepath.Join(root, "cmd", "oncekit") // a module of its own
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/oncekit: %v\n%s", err, out)
 			return

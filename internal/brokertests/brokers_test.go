@@ -1,4 +1,4 @@
-package wmbroker_test
+package brokertests_test
 
 import (
 	"context"
