@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
@@ -88,7 +88,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 				b.Fatal(err)
 			}
 			// What Consumer.Prune does with the default Config.
-			q := pgsql.Spaced(db.Pool, pgsql.RetentionSpacing(cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate), 1000))
+			q := retention.Spaced(db.Pool, retention.Spacing(cmp.Or(cfg.retentionRate, retention.DefaultRate), 1000))
 			return func(ctx context.Context) (int64, error) {
 				return s.PruneClaims(ctx, q, "bench", time.Now().Add(-age), 1000)
 			}
@@ -103,7 +103,7 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 				b.Fatal(err)
 			}
 			// What the dispatcher's retention does with its defaults.
-			q := pgsql.Spaced(db.Pool, pgsql.RetentionSpacing(cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate), 1000))
+			q := retention.Spaced(db.Pool, retention.Spacing(cmp.Or(cfg.retentionRate, retention.DefaultRate), 1000))
 			return func(ctx context.Context) (int64, error) {
 				return l.Prune(ctx, q, time.Now().Add(-age), 1000)
 			}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -77,7 +77,7 @@ func BenchmarkScale(b *testing.B) {
 			// deployment's are when retention comes for them: each pass pays
 			// a full-page image for the first change to each.
 			checkpoint(b, db.Pool)
-			rate := cmp.Or(cfg.retentionRate, pgsql.DefaultRetentionRate)
+			rate := cmp.Or(cfg.retentionRate, retention.DefaultRate)
 			passes := cfg.retentionPasses
 			if t.oldest == 0 && rate < 0 {
 				passes = 1 // no age to part by, and no rate to part the time by

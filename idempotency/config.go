@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 // Sealer encrypts stored response bodies at rest. Seal and Open receive the
@@ -58,7 +59,7 @@ func (c *Config) withDefaults() Config {
 	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
-	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	return out
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -16,7 +16,7 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, c.validate())
 	require.Equal(t, time.Minute, c.RetentionInterval)
 	require.Equal(t, 1000, c.RetentionBatch)
-	require.Equal(t, pgsql.DefaultRetentionRate, c.RetentionRate)
+	require.Equal(t, retention.DefaultRate, c.RetentionRate)
 	for _, tc := range []struct {
 		field  string
 		cfg    Config

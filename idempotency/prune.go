@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -17,7 +17,7 @@ import (
 // refreshes the in-progress gauges.
 func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	var total int64
-	q := pgsql.Spaced(e.db, pgsql.RetentionSpacing(e.cfg.RetentionRate, e.cfg.RetentionBatch))
+	q := retention.Spaced(e.db, retention.Spacing(e.cfg.RetentionRate, e.cfg.RetentionBatch))
 	from := time.Time{} // each batch starts at the last expiry the previous one deleted
 	for {
 		var n int64

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/trace"
 )
 
@@ -175,7 +176,7 @@ func (c *Config) withDefaults() Config {
 		out.Backoff = ExponentialBackoff(time.Second, 5*time.Minute)
 	}
 	out.Retention = cmp.Or(out.Retention, 7*24*time.Hour)
-	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.DeadLetterRetention = cmp.Or(out.DeadLetterRetention, 7*24*time.Hour)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.Propagator = trace.Or(out.Propagator)

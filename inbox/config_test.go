@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -21,7 +22,7 @@ func TestConfigValidate(t *testing.T) {
 	require.Equal(t, 7*24*time.Hour, c.Retention)
 	require.Equal(t, time.Minute, c.RetentionInterval)
 	require.Equal(t, 1000, c.RetentionBatch)
-	require.Equal(t, pgsql.DefaultRetentionRate, c.RetentionRate)
+	require.Equal(t, retention.DefaultRate, c.RetentionRate)
 	require.Equal(t, 7*24*time.Hour, c.DeadLetterRetention)
 	require.NotNil(t, c.Backoff)
 	require.NotNil(t, c.Logger)

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/pguuid"
 )
 
 // Message is one delivered event, as a Handler sees it: the broker.Message
@@ -55,4 +55,4 @@ func Chain(h Handler, mws ...Middleware) Handler {
 // transactions it hands to handlers; register it yourself, for example in
 // pgxpool.Config.AfterConnect, for connections oncekit does not touch.
 // Registering twice is a no-op.
-func RegisterUUID(m *pgtype.Map) { pgsql.RegisterUUID(m) }
+func RegisterUUID(m *pgtype.Map) { pguuid.Register(m) }

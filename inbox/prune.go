@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -31,7 +31,7 @@ func (c *Consumer) Prune(ctx context.Context) (int64, error) {
 	if c.cfg.Retention < 0 {
 		return 0, nil
 	}
-	q := pgsql.Spaced(c.db, pgsql.RetentionSpacing(c.cfg.RetentionRate, c.cfg.RetentionBatch))
+	q := retention.Spaced(c.db, retention.Spacing(c.cfg.RetentionRate, c.cfg.RetentionBatch))
 	return c.store.PruneClaims(ctx, q, c.cfg.Name, time.Now().Add(-c.cfg.Retention), c.cfg.RetentionBatch)
 }
 

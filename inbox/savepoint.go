@@ -6,7 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/pghook"
 )
 
 const (
@@ -102,7 +102,7 @@ type errBatch struct{ err error }
 
 func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
 func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b errBatch) QueryRow() pgx.Row                { return pgsql.ErrRow{Err: b.err} }
+func (b errBatch) QueryRow() pgx.Row                { return pghook.ErrRow{Err: b.err} }
 func (b errBatch) Close() error                     { return b.err }
 func (b errBatch) Tx() pgx.Tx                       { return nil }
 
@@ -115,7 +115,7 @@ type guardedTx struct {
 
 // hooked is Tx with before ahead of its statements. Tx changes (queueTx.on),
 // so it is made for each statement.
-func (g *guardedTx) hooked() pgsql.Hooked { return pgsql.Hooked{Q: g.Tx, Before: g.before} }
+func (g *guardedTx) hooked() pghook.Hooked { return pghook.Hooked{Q: g.Tx, Before: g.before} }
 
 func (g *guardedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return g.hooked().Exec(ctx, sql, args...)

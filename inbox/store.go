@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 // Store holds the inbox's SQL for one schema: claims in processed_messages
@@ -70,7 +71,7 @@ func renderStore(schema string) *Store {
 		settled: r(`SELECT message_id::text FROM {schema}.processed_messages WHERE consumer = $1 AND message_id = ANY($2::uuid[])
 			UNION ALL
 			SELECT message_id FROM {schema}.dead_letters WHERE consumer = $1 AND message_id = ANY($3::text[]) AND replayed_at IS NULL`),
-		// A retention pass (pgsql.PruneInTIDOrder) over consumer $1's
+		// A retention pass (retention.PruneInTIDOrder) over consumer $1's
 		// claims processed before $2: the first and last of them, then
 		// batches of up to $5 after tuple id $3 and up to $4, each deleted
 		// by ctid. One pass at a time works on a consumer's claims: a batch
@@ -319,7 +320,7 @@ func (s *Store) PruneClaims(ctx context.Context, q oncekit.Querier, consumer str
 	if batch <= 0 {
 		batch = 1000
 	}
-	n, err := pgsql.PruneInTIDOrder(ctx, q, s.pruneClaimBounds, s.pruneClaim, []any{consumer, before}, batch)
+	n, err := retention.PruneInTIDOrder(ctx, q, s.pruneClaimBounds, s.pruneClaim, []any{consumer, before}, batch)
 	if err != nil {
 		return n, fmt.Errorf("inbox: prune claims: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/pguuid"
 )
 
 // The three ways a batch runs in one transaction, chosen by runBatch:
@@ -343,7 +344,7 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome)
 // round trip.
 func withUUIDCodec(tx pgx.Tx) pgx.Tx {
 	if conn := tx.Conn(); conn != nil {
-		pgsql.RegisterUUID(conn.TypeMap())
+		pguuid.Register(conn.TypeMap())
 	}
 	return tx
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -37,7 +37,7 @@ func TestRelayConfigValidate(t *testing.T) {
 	require.NoError(t, rc.validate())
 	require.Equal(t, time.Minute, rc.RetentionInterval)
 	require.Equal(t, 1000, rc.RetentionBatch)
-	require.Equal(t, pgsql.DefaultRetentionRate, rc.RetentionRate)
+	require.Equal(t, retention.DefaultRate, rc.RetentionRate)
 	for _, tc := range []struct {
 		field  string
 		cfg    RelayConfig

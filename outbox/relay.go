@@ -17,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/nodeid"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 // RelayConfig configures a Relay. The zero value works.
@@ -162,7 +163,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	out.RetryMax = cmp.Or(out.RetryMax, 5*time.Minute)
 	out.BrokerBackoffMax = cmp.Or(out.BrokerBackoffMax, 10*time.Second)
 	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
-	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.StatsInterval = cmp.Or(out.StatsInterval, 5*time.Second)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	return out

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -39,7 +40,7 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 // whole before the next read the whole history once per partition.
 func (r *Relay) Prune(ctx context.Context) (int64, error) {
 	var total int64
-	q := pgsql.Spaced(r.pool, pgsql.RetentionSpacing(r.cfg.RetentionRate, r.cfg.RetentionBatch))
+	q := retention.Spaced(r.pool, retention.Spacing(r.cfg.RetentionRate, r.cfg.RetentionBatch))
 	// Each partition's batch starts after the last row its previous one
 	// looked at.
 	type front struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 // ErrNotFound is returned when no effect has the given ID.
@@ -156,7 +156,7 @@ func (l *Ledger) Prune(ctx context.Context, q oncekit.Querier, before time.Time,
 	if batch <= 0 {
 		batch = 1000
 	}
-	n, err := pgsql.PruneInTIDOrder(ctx, q, l.sql.pruneBounds, l.sql.prune, []any{before}, batch)
+	n, err := retention.PruneInTIDOrder(ctx, q, l.sql.pruneBounds, l.sql.prune, []any{before}, batch)
 	if err != nil {
 		return n, fmt.Errorf("sideeffect: prune: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -24,7 +24,7 @@ func TestDispatcherConfigValidate(t *testing.T) {
 	require.NoError(t, dc.validate())
 	require.Equal(t, time.Minute, dc.RetentionInterval)
 	require.Equal(t, 1000, dc.RetentionBatch)
-	require.Equal(t, pgsql.DefaultRetentionRate, dc.RetentionRate)
+	require.Equal(t, retention.DefaultRate, dc.RetentionRate)
 	for _, tc := range []struct {
 		field  string
 		cfg    DispatcherConfig

@@ -19,6 +19,7 @@ import (
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/nodeid"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/trace"
 )
 
@@ -114,7 +115,7 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.MaxBackoff = cmp.Or(out.MaxBackoff, 10*time.Minute)
 	out.MaxRetryAfter = cmp.Or(out.MaxRetryAfter, time.Hour)
 	out.Retention = cmp.Or(out.Retention, 30*24*time.Hour)
-	pgsql.DefaultRetention(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
+	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	out.Propagator = trace.Or(out.Propagator)
 	return out

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 )
 
 // maintainLoop runs recovery of expired leases (and refreshes the unknown
@@ -110,6 +110,6 @@ func (d *Dispatcher) Prune(ctx context.Context) (int64, error) {
 		return 0, nil
 	}
 	l := &Ledger{schema: d.cfg.Schema, sql: d.sql}
-	q := pgsql.Spaced(d.db, pgsql.RetentionSpacing(d.cfg.RetentionRate, d.cfg.RetentionBatch))
+	q := retention.Spaced(d.db, retention.Spacing(d.cfg.RetentionRate, d.cfg.RetentionBatch))
 	return l.Prune(ctx, q, time.Now().Add(-d.cfg.Retention), d.cfg.RetentionBatch)
 }

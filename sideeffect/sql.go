@@ -135,7 +135,7 @@ RETURNING s.kind`),
 		countUnknown: r(`SELECT kind, count(*) FROM {schema}.side_effects
 WHERE next_attempt_at = 'infinity' AND state = 'unknown' GROUP BY kind`),
 
-		// A retention pass (pgsql.PruneInTIDOrder) over the confirmed and
+		// A retention pass (retention.PruneInTIDOrder) over the confirmed and
 		// failed rows recorded before $1: the first and last of them, then
 		// batches of up to $4 after tuple id $2 and up to $3, each deleted
 		// by ctid, which spares a primary-key descent per row. One pass at

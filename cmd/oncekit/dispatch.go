@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
@@ -103,8 +103,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	minBackoff := fs.Duration("min-backoff", time.Second, "first retry delay after an indefinite error")
 	maxBackoff := fs.Duration("max-backoff", 10*time.Minute, "longest retry delay")
 	maxAttempts := fs.Int("max-attempts", 25, "attempts before an indefinite error leaves the effect unknown")
-	retention := fs.Duration("retention", 30*24*time.Hour, "keep confirmed/failed effects this long (negative: forever)")
-	retentionRate := fs.Int("retention-rate", pgsql.DefaultRetentionRate, "most rows retention deletes per second (negative: no limit)")
+	keepFor := fs.Duration("retention", 30*24*time.Hour, "keep confirmed/failed effects this long (negative: forever)")
+	retentionRate := fs.Int("retention-rate", retention.DefaultRate, "most rows retention deletes per second (negative: no limit)")
 	listen := fs.String("listen", "127.0.0.1:9465", "address of /healthz and /metrics (empty: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -161,7 +161,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		MaxAttempts:  pick(set["max-attempts"], *maxAttempts, file.MaxAttempts),
 		PollInterval: pickD(set["poll"], *poll, file.PollInterval), RecoverInterval: pickD(set["recover-interval"], *recoverEvery, file.Recover),
 		MinBackoff: pickD(set["min-backoff"], *minBackoff, file.MinBackoff), MaxBackoff: pickD(set["max-backoff"], *maxBackoff, file.MaxBackoff),
-		Retention: pickD(set["retention"], *retention, file.Retention), Lease: pickD(set["lease"], *lease, file.Lease),
+		Retention: pickD(set["retention"], *keepFor, file.Retention), Lease: pickD(set["lease"], *lease, file.Lease),
 		RetentionRate: pick(set["retention-rate"], *retentionRate, file.RetentionRate),
 		CallTimeout:   time.Duration(file.CallTimeout),
 	}

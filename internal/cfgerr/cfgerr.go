@@ -9,7 +9,7 @@
 // its validate binds Bad to the package's sentinel with For, states its
 // non-negative fields once with IfNegative (a retention loop's
 // RetentionInterval and RetentionBatch among them; their defaults are
-// pgsql.DefaultRetention's), then checks what is particular to it (ranges,
+// retention.Defaults's), then checks what is particular to it (ranges,
 // minimums, one field against another). The same failure is worded the same
 // everywhere: "-1 is negative" for a negative field, "1ms is below 300ms"
 // for a value under its minimum, "1s is below RetryInitial (1m0s)" for one

@@ -1,6 +1,6 @@
-// Package pgsql holds the small pieces of PostgreSQL plumbing every oncekit
-// package shares: schema-name validation, rendering of schema-qualified SQL,
-// and the helpers that run oncekit's statements. The database interfaces the
+// Package pgsql holds the schema every oncekit package's SQL is rendered
+// for (validation, rendering), the classification of PostgreSQL's errors,
+// and the running of a statement without JIT. The database interfaces the
 // packages accept are public, in package oncekit.
 package pgsql
 

@@ -1,18 +1,18 @@
-package pgsql
+package pguuid
 
 import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// RegisterUUID makes m encode github.com/google/uuid's UUID as PostgreSQL's
+// Register makes m encode github.com/google/uuid's UUID as PostgreSQL's
 // uuid directly. Without it pgx encodes a uuid.UUID through its
 // driver.Valuer: the text form, a failed binary encode that builds an error,
 // a parse back to bytes, then the binary encode, several microseconds of CPU
 // per value. The wire values are the same either way. Only the uuid type
 // (and uuid[], whose elements it encodes) is affected: a uuid.UUID bound to a
 // text column is still sent as its text. Registering twice is a no-op.
-func RegisterUUID(m *pgtype.Map) {
+func Register(m *pgtype.Map) {
 	if t, ok := m.TypeForOID(pgtype.UUIDOID); ok {
 		if _, done := t.Codec.(uuidCodec); done {
 			return

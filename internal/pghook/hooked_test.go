@@ -1,4 +1,4 @@
-package pgsql_test
+package pghook_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/pghook"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -22,7 +22,7 @@ func TestHookedRunsBeforeEachStatement(t *testing.T) {
 	refuse := errors.New("refused")
 	var calls int
 	var fail bool
-	q := pgsql.Hooked{Q: db.Pool, Before: func(context.Context) error {
+	q := pghook.Hooked{Q: db.Pool, Before: func(context.Context) error {
 		calls++
 		if fail {
 			return refuse

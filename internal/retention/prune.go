@@ -1,4 +1,4 @@
-package pgsql
+package retention
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // PruneInTIDOrder runs one retention pass over the rows of a table that
@@ -27,7 +28,7 @@ import (
 // that looks at fewer than size rows, or when ctx ends.
 func PruneInTIDOrder(ctx context.Context, q oncekit.Querier, bounds, batch string, args []any, size int) (int64, error) {
 	var first, last pgtype.TID
-	if err := QueryRowNoJIT(ctx, q, bounds, args, &first, &last); err != nil || !last.Valid {
+	if err := pgsql.QueryRowNoJIT(ctx, q, bounds, args, &first, &last); err != nil || !last.Valid {
 		return 0, err
 	}
 	// Offsets start at 1, so (page, offset-1) is just before the first row.

@@ -1,4 +1,4 @@
-package pgsql_test
+package pguuid_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/pguuid"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -30,8 +30,8 @@ func TestRegisterUUIDEncodesDirectly(t *testing.T) {
 	require.Equal(t, id[:], out)
 
 	m := pgtype.NewMap()
-	pgsql.RegisterUUID(m)
-	pgsql.RegisterUUID(m) // twice: a no-op
+	pguuid.Register(m)
+	pguuid.Register(m) // twice: a no-op
 	// One allocation is left: boxing the UUID into Encode's any, which
 	// every pgx argument pays.
 	require.Equal(t, 1.0, testing.AllocsPerRun(100, encode(m)))
@@ -59,7 +59,7 @@ func TestRegisterUUIDStoresTheSameValues(t *testing.T) {
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	pgsql.RegisterUUID(conn.Conn().TypeMap())
+	pguuid.Register(conn.Conn().TypeMap())
 	_, err = conn.Exec(ctx, `CREATE TABLE u (id uuid, txt text, ids uuid[])`)
 	require.NoError(t, err)
 	id := uuid.New()

@@ -1,4 +1,4 @@
-package pgsql
+package retention
 
 import (
 	"cmp"
@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pghook"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
-// DefaultRetentionRate is the RetentionRate of every retention loop unless
+// DefaultRate is the RetentionRate of every retention loop unless
 // configured: the most rows per second one pass deletes.
-const DefaultRetentionRate = 60_000
+const DefaultRate = 60_000
 
 // Defaults of the other retention loop settings, which the Configs of the
 // components that keep rows (outbox.RelayConfig, inbox.Config,
@@ -20,24 +21,24 @@ const DefaultRetentionRate = 60_000
 const (
 	// DefaultRetentionInterval is RetentionInterval unless set.
 	DefaultRetentionInterval = time.Minute
-	// DefaultRetentionBatch is RetentionBatch unless set.
-	DefaultRetentionBatch = 1000
+	// DefaultBatch is RetentionBatch unless set.
+	DefaultBatch = 1000
 )
 
 // DefaultRetention sets a Config's retention loop settings, given as
 // pointers to its RetentionInterval, RetentionBatch and RetentionRate
 // fields, to their defaults where they are zero: DefaultRetentionInterval,
-// DefaultRetentionBatch and DefaultRetentionRate.
-func DefaultRetention(interval *time.Duration, batch, rate *int) {
+// DefaultBatch and DefaultRate.
+func Defaults(interval *time.Duration, batch, rate *int) {
 	*interval = cmp.Or(*interval, DefaultRetentionInterval)
-	*batch = cmp.Or(*batch, DefaultRetentionBatch)
-	*rate = cmp.Or(*rate, DefaultRetentionRate)
+	*batch = cmp.Or(*batch, DefaultBatch)
+	*rate = cmp.Or(*rate, DefaultRate)
 }
 
 // RetentionSpacing is the least time between two statements of a retention
 // pass that deletes batch rows per statement and at most rate rows per
 // second: 0 (no pause) when rate is negative.
-func RetentionSpacing(rate, batch int) time.Duration {
+func Spacing(rate, batch int) time.Duration {
 	if rate < 0 {
 		return 0
 	}
@@ -54,7 +55,7 @@ func Spaced(q oncekit.Querier, every time.Duration) oncekit.Querier {
 		return q
 	}
 	s := &spacer{every: every}
-	return Hooked{Q: q, Before: s.turn}
+	return pghook.Hooked{Q: q, Before: s.turn}
 }
 
 // spacer hands out the turns of Spaced's statements.

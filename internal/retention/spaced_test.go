@@ -1,4 +1,4 @@
-package pgsql_test
+package retention_test
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
 func TestRetentionSpacing(t *testing.T) {
-	require.Equal(t, time.Second/60, pgsql.RetentionSpacing(60_000, 1000))
-	require.Equal(t, 2*time.Second, pgsql.RetentionSpacing(500, 1000))
-	require.Zero(t, pgsql.RetentionSpacing(-1, 1000), "negative: no limit")
+	require.Equal(t, time.Second/60, retention.Spacing(60_000, 1000))
+	require.Equal(t, 2*time.Second, retention.Spacing(500, 1000))
+	require.Zero(t, retention.Spacing(-1, 1000), "negative: no limit")
 }
 
 // Statements through Spaced start every apart, and one waiting for its
@@ -23,8 +23,8 @@ func TestRetentionSpacing(t *testing.T) {
 func TestSpacedStatements(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	require.Equal(t, oncekit.Querier(db.Pool), pgsql.Spaced(db.Pool, 0), "every 0: q itself")
-	q := pgsql.Spaced(db.Pool, 50*time.Millisecond)
+	require.Equal(t, oncekit.Querier(db.Pool), retention.Spaced(db.Pool, 0), "every 0: q itself")
+	q := retention.Spaced(db.Pool, 50*time.Millisecond)
 	ctx := context.Background()
 	start := time.Now()
 	for range 4 {
@@ -45,12 +45,12 @@ func TestDefaultRetention(t *testing.T) {
 		interval    time.Duration
 		batch, rate int
 	)
-	pgsql.DefaultRetention(&interval, &batch, &rate)
-	if interval != time.Minute || batch != 1000 || rate != pgsql.DefaultRetentionRate {
+	retention.Defaults(&interval, &batch, &rate)
+	if interval != time.Minute || batch != 1000 || rate != retention.DefaultRate {
 		t.Fatalf("defaults: %v, %d, %d", interval, batch, rate)
 	}
 	interval, batch, rate = time.Second, 5, -1
-	pgsql.DefaultRetention(&interval, &batch, &rate)
+	retention.Defaults(&interval, &batch, &rate)
 	if interval != time.Second || batch != 5 || rate != -1 {
 		t.Fatalf("set values changed: %v, %d, %d", interval, batch, rate)
 	}

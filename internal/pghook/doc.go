@@ -1,0 +1,3 @@
+// Package pghook wraps a Querier so that a function runs ahead of every
+// statement it sends (Hooked).
+package pghook
