@@ -79,7 +79,7 @@ FUZZTIME ?= 30s
 # sideeffect, idempotency) go through a real PostgreSQL and NATS.
 FUZZ_TARGETS := ./inbox:FuzzConsumeHostileMessages ./sideeffect:FuzzDispatchHostileAnswers \
 	./idempotency:FuzzEdgeHostileRequests ./idempotency:FuzzCanonicalJSON ./idempotency:FuzzParseKey \
-	./sideeffect/webhook:FuzzParseRetryAfter ./trace:FuzzTraceparent ./internal/untrusted:FuzzKey \
+	./sideeffect/webhook:FuzzParseRetryAfter ./tracecontext:FuzzTraceparent ./internal/untrusted:FuzzKey \
 	./internal/redact:FuzzString ./internal/chaos:FuzzCommitTracker
 
 fuzz: ## run every fuzz target for FUZZTIME each (30s unless set); their seed corpora run in `make test`

@@ -13,7 +13,7 @@ import (
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/retention"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // Config configures a Consumer. Only Name is required.
@@ -106,8 +106,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Propagator puts each delivery's trace context (its traceparent and
 	// tracestate headers) into the context its handler call gets, in batch
-	// mode too. Defaults to trace.W3C.
-	Propagator trace.Propagator
+	// mode too. Defaults to tracecontext.W3C.
+	Propagator tracecontext.Propagator
 	// Verifier, when set, authenticates every message before its claim
 	// (eventsig.Verifier checks the relay's Ed25519 signatures): a message
 	// it refuses is dead-lettered with reason "unauthenticated: …" and no
@@ -179,7 +179,7 @@ func (c *Config) withDefaults() Config {
 	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.DeadLetterRetention = cmp.Or(out.DeadLetterRetention, 7*24*time.Hour)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
-	out.Propagator = trace.Or(out.Propagator)
+	out.Propagator = tracecontext.Or(out.Propagator)
 	return out
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // Defaults of Config.
@@ -49,8 +49,8 @@ type Config struct {
 	Notify bool
 	// Propagator copies the trace context of Enqueue's ctx into each
 	// message's headers (a header the message sets itself is kept).
-	// Defaults to trace.W3C.
-	Propagator trace.Propagator
+	// Defaults to tracecontext.W3C.
+	Propagator tracecontext.Propagator
 }
 
 // Outbox writes messages into the outbox table inside the caller's
@@ -59,7 +59,7 @@ type Outbox struct {
 	partitions int
 	maxPayload int
 	notify     bool
-	prop       trace.Propagator
+	prop       tracecontext.Propagator
 	channel    string
 	sql        outboxSQL
 }
@@ -89,7 +89,7 @@ func New(cfg *Config) (*Outbox, error) {
 		partitions: c.Partitions,
 		maxPayload: c.MaxPayload,
 		notify:     c.Notify,
-		prop:       trace.Or(c.Propagator),
+		prop:       tracecontext.Or(c.Propagator),
 		channel:    NotifyChannel(schema),
 		sql:        renderOutboxSQL(schema),
 	}, nil
@@ -203,7 +203,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 
 // withTrace returns h plus the headers of tc that h does not set (in any
 // letter case) and that are valid message headers; h is not modified.
-func withTrace(h map[string]string, tc trace.Carrier) map[string]string {
+func withTrace(h map[string]string, tc tracecontext.Carrier) map[string]string {
 	out := make(map[string]string, len(h)+len(tc))
 	for k, v := range h {
 		out[k] = v

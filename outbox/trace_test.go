@@ -11,15 +11,15 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // staticProp is a Propagator that injects fixed headers, as an
 // OpenTelemetry adapter injecting baggage would.
-type staticProp trace.Carrier
+type staticProp tracecontext.Carrier
 
-func (p staticProp) Inject(context.Context) trace.Carrier { return trace.Carrier(p) }
-func (staticProp) Extract(ctx context.Context, _ trace.Carrier) context.Context {
+func (p staticProp) Inject(context.Context) tracecontext.Carrier { return tracecontext.Carrier(p) }
+func (staticProp) Extract(ctx context.Context, _ tracecontext.Carrier) context.Context {
 	return ctx
 }
 
@@ -43,7 +43,7 @@ func TestEnqueueCopiesTheTraceContextIntoHeaders(t *testing.T) {
 	plain := broker.Message{ID: uuid.New(), Subject: "orders.paid"}
 	owning := broker.Message{ID: uuid.New(), Subject: "orders.paid", Headers: own}
 	untraced := broker.Message{ID: uuid.New(), Subject: "orders.paid"}
-	tctx := trace.ContextWith(ctx, trace.Context{Traceparent: tp, Tracestate: "congo=t61rcWkgMzE"})
+	tctx := tracecontext.ContextWith(ctx, tracecontext.Context{Traceparent: tp, Tracestate: "congo=t61rcWkgMzE"})
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		if _, err := ob.Enqueue(tctx, tx, plain, owning); err != nil {
 			return err

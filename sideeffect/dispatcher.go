@@ -20,7 +20,7 @@ import (
 	"github.com/oncekit/oncekit/internal/nodeid"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/retention"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // ErrAlreadyRunning is returned by Run when the Dispatcher is already running.
@@ -87,8 +87,8 @@ type DispatcherConfig struct {
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Propagator puts each effect's stored trace context (Call.Trace) into
-	// the context of its provider call. Defaults to trace.W3C.
-	Propagator trace.Propagator
+	// the context of its provider call. Defaults to tracecontext.W3C.
+	Propagator tracecontext.Propagator
 	// Registerer receives the dispatcher's metrics (namespace oncekit,
 	// subsystem sideeffect). Nil means no metrics. Several dispatchers may
 	// share one registerer.
@@ -117,7 +117,7 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.Retention = cmp.Or(out.Retention, 30*24*time.Hour)
 	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
-	out.Propagator = trace.Or(out.Propagator)
+	out.Propagator = tracecontext.Or(out.Propagator)
 	return out
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // State is the state of a recorded effect.
@@ -79,8 +79,8 @@ type Config struct {
 	// Schema is the schema oncekit's tables live in. Defaults to "oncekit".
 	Schema string
 	// Propagator reads the trace context of Record's ctx, stored with the
-	// effect and handed to its provider call. Defaults to trace.W3C.
-	Propagator trace.Propagator
+	// effect and handed to its provider call. Defaults to tracecontext.W3C.
+	Propagator tracecontext.Propagator
 }
 
 // ErrInvalidConfig is wrapped by the error New and NewDispatcher return for a
@@ -92,7 +92,7 @@ var ErrInvalidConfig = errors.New("sideeffect: invalid config")
 type Ledger struct {
 	schema string
 	sql    statements
-	prop   trace.Propagator
+	prop   tracecontext.Propagator
 }
 
 // New returns a Ledger for the configured schema. A nil config is the zero
@@ -102,7 +102,7 @@ func New(cfg *Config) (*Ledger, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Ledger{schema: c.Schema, sql: render(c.Schema), prop: trace.Or(c.Propagator)}, nil
+	return &Ledger{schema: c.Schema, sql: render(c.Schema), prop: tracecontext.Or(c.Propagator)}, nil
 }
 
 // withDefaults returns a copy of c (the zero Config if nil) with defaults set.

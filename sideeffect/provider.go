@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // Call is one attempt to cause an effect.
@@ -31,7 +31,7 @@ type Call struct {
 	// tracestate with the default propagator), or nil. The dispatcher also
 	// puts it into the ctx of Call through DispatcherConfig.Propagator; a
 	// provider that makes an HTTP request sends these headers with it.
-	Trace trace.Carrier
+	Trace tracecontext.Carrier
 }
 
 // Provider causes effects of one kind.

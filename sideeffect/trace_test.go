@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/sideeffect"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // Record stores the trace context of its ctx with the effect, and nothing
@@ -19,9 +19,9 @@ func TestRecordStoresTheTraceContext(t *testing.T) {
 	ctx := context.Background()
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for src, rctx := range map[string]context.Context{
-		"traced":   trace.ContextWith(ctx, trace.Context{Traceparent: tp, Tracestate: "congo=t61rcWkgMzE"}),
+		"traced":   tracecontext.ContextWith(ctx, tracecontext.Context{Traceparent: tp, Tracestate: "congo=t61rcWkgMzE"}),
 		"untraced": ctx,
-		"invalid":  trace.W3C{}.Extract(ctx, trace.Carrier{"traceparent": "00-" + tp[3:35] + "-0000000000000000-01"}),
+		"invalid":  tracecontext.W3C{}.Extract(ctx, tracecontext.Carrier{"traceparent": "00-" + tp[3:35] + "-0000000000000000-01"}),
 	} {
 		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
 			_, err := b.ledger.Record(rctx, tx, sideeffect.Effect{SourceID: src, Kind: "order.paid"})

@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // The effect's trace context goes out as request headers; a configured
@@ -26,7 +26,7 @@ func TestCallSendsTheTraceContext(t *testing.T) {
 	t.Cleanup(srv.Close)
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	c := sideeffect.Call{ID: 1, Key: "k1", Kind: "order.paid", Attempt: 1, Payload: []byte(`{}`),
-		Trace: trace.Carrier{"traceparent": tp, "tracestate": "congo=t61rcWkgMzE", "bad": "a\nb"}}
+		Trace: tracecontext.Carrier{"traceparent": tp, "tracestate": "congo=t61rcWkgMzE", "bad": "a\nb"}}
 
 	p, err := webhook.New(&webhook.Config{URL: srv.URL, Unsigned: true})
 	require.NoError(t, err)
@@ -40,7 +40,7 @@ func TestCallSendsTheTraceContext(t *testing.T) {
 	p, err = webhook.New(&webhook.Config{URL: srv.URL, Unsigned: true, Header: http.Header{"Tracestate": {"mine=1"}}})
 	require.NoError(t, err)
 	_, err = p.Call(context.Background(), sideeffect.Call{ID: 1, Key: "k2", Kind: "order.paid", Attempt: 1,
-		Trace: trace.Carrier{"traceparent": tp, "tracestate": "congo=t61rcWkgMzE"}})
+		Trace: tracecontext.Carrier{"traceparent": tp, "tracestate": "congo=t61rcWkgMzE"}})
 	require.NoError(t, err)
 	h = <-got
 	require.Equal(t, tp, h.Get("traceparent"))

@@ -1,4 +1,4 @@
-package trace_test
+package tracecontext_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // A traceparent set on the context of Enqueue arrives unchanged in the inbox
@@ -36,7 +36,7 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 	_, err := natsjs.EnsureStream(ctx, n.JS, natsjs.StreamConfig{Name: stream, Subjects: []string{subject}})
 	require.NoError(t, err)
 
-	traces := map[string]trace.Context{
+	traces := map[string]tracecontext.Context{
 		"order-1": {Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
 		"order-2": {Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"},
 		"order-3": {}, // no trace context
@@ -46,7 +46,7 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 	for _, order := range []string{"order-1", "order-2", "order-3"} {
 		ectx := ctx
 		if tc := traces[order]; tc.Traceparent != "" {
-			ectx = trace.ContextWith(ctx, tc)
+			ectx = tracecontext.ContextWith(ctx, tc)
 		}
 		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			_, err := ob.Enqueue(ectx, tx, broker.Message{ID: oncekit.DeriveID(order, "OrderPaid"), Subject: subject, Key: order, Payload: []byte(`{}`)})
@@ -63,9 +63,9 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 	ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	var mu sync.Mutex
-	seen := map[string]trace.Context{}
+	seen := map[string]tracecontext.Context{}
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, m *inbox.Message) error {
-		tc, _ := trace.FromContext(ctx)
+		tc, _ := tracecontext.FromContext(ctx)
 		mu.Lock()
 		seen[m.Key] = tc
 		mu.Unlock()
@@ -94,9 +94,9 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 	t.Cleanup(srv.Close)
 	hook, err := webhook.New(&webhook.Config{URL: srv.URL, Unsigned: true})
 	require.NoError(t, err)
-	inCall := map[string]trace.Context{}
+	inCall := map[string]tracecontext.Context{}
 	provider := sideeffect.ProviderFunc(func(ctx context.Context, c sideeffect.Call) (string, error) {
-		tc, _ := trace.FromContext(ctx)
+		tc, _ := tracecontext.FromContext(ctx)
 		mu.Lock()
 		inCall[c.SourceID] = tc
 		mu.Unlock()

@@ -1,4 +1,4 @@
-// Package trace carries W3C Trace Context (traceparent, tracestate) through
+// Package tracecontext carries W3C Trace Context (traceparent, tracestate) through
 // oncekit without a tracing SDK: from the context of Outbox.Enqueue into the
 // message's headers, from a delivery's headers into the inbox handler's
 // context, and from the context of Ledger.Record into the side effect's row
@@ -10,4 +10,4 @@
 // OpenTelemetry plugs in its propagator instead, through a small adapter
 // implementing Propagator, so that spans started by its instrumentation are
 // what travels.
-package trace
+package tracecontext

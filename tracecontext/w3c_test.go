@@ -1,4 +1,4 @@
-package trace_test
+package tracecontext_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/trace"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 const validTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -37,7 +37,7 @@ func TestValidTraceparent(t *testing.T) {
 		{"space", " 0-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.ok, trace.ValidTraceparent(tc.in), tc.in)
+			require.Equal(t, tc.ok, tracecontext.ValidTraceparent(tc.in), tc.in)
 		})
 	}
 }
@@ -45,40 +45,40 @@ func TestValidTraceparent(t *testing.T) {
 func TestW3CRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var p trace.W3C
+	var p tracecontext.W3C
 	require.Nil(t, p.Inject(ctx), "no trace context, no headers")
 	require.Equal(t, ctx, p.Extract(ctx, nil))
-	require.Equal(t, ctx, p.Extract(ctx, trace.Carrier{"other": "x"}))
+	require.Equal(t, ctx, p.Extract(ctx, tracecontext.Carrier{"other": "x"}))
 
-	in := trace.Carrier{"traceparent": validTP, "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}
+	in := tracecontext.Carrier{"traceparent": validTP, "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}
 	got := p.Inject(p.Extract(ctx, in))
 	require.Equal(t, in, got)
 
 	// The canonical MIME form some transports deliver is read too.
-	got = p.Inject(p.Extract(ctx, trace.Carrier{"Traceparent": validTP}))
-	require.Equal(t, trace.Carrier{"traceparent": validTP}, got)
+	got = p.Inject(p.Extract(ctx, tracecontext.Carrier{"Traceparent": validTP}))
+	require.Equal(t, tracecontext.Carrier{"traceparent": validTP}, got)
 }
 
 func TestW3CDropsInvalid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var p trace.W3C
+	var p tracecontext.W3C
 	// An invalid traceparent is dropped with its tracestate; no error.
-	out := p.Extract(ctx, trace.Carrier{"traceparent": strings.ToUpper(validTP), "tracestate": "a=b"})
-	_, ok := trace.FromContext(out)
+	out := p.Extract(ctx, tracecontext.Carrier{"traceparent": strings.ToUpper(validTP), "tracestate": "a=b"})
+	_, ok := tracecontext.FromContext(out)
 	require.False(t, ok)
 	require.Nil(t, p.Inject(out))
 	// A tracestate that cannot be a header value is dropped alone.
-	out = p.Extract(ctx, trace.Carrier{"traceparent": validTP, "tracestate": "a=b\r\nX-Evil: 1"})
-	require.Equal(t, trace.Carrier{"traceparent": validTP}, p.Inject(out))
+	out = p.Extract(ctx, tracecontext.Carrier{"traceparent": validTP, "tracestate": "a=b\r\nX-Evil: 1"})
+	require.Equal(t, tracecontext.Carrier{"traceparent": validTP}, p.Inject(out))
 	// ContextWith validates the same way.
-	require.Equal(t, ctx, trace.ContextWith(ctx, trace.Context{Traceparent: "00-bad"}))
+	require.Equal(t, ctx, tracecontext.ContextWith(ctx, tracecontext.Context{Traceparent: "00-bad"}))
 }
 
 func TestExtractDoesNotAllocateWithoutTrace(t *testing.T) {
 	ctx := context.Background()
-	var p trace.Propagator = trace.W3C{}
-	h := trace.Carrier{"Oncekit-Event-Id": "x", "Nats-Msg-Id": "x"}
+	var p tracecontext.Propagator = tracecontext.W3C{}
+	h := tracecontext.Carrier{"Oncekit-Event-Id": "x", "Nats-Msg-Id": "x"}
 	allocs := testing.AllocsPerRun(1000, func() {
 		_ = p.Extract(ctx, h)
 		_ = p.Inject(ctx)
@@ -91,10 +91,10 @@ func FuzzTraceparent(f *testing.F) {
 	f.Add("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", "")
 	f.Add("00-00000000000000000000000000000000-00f067aa0ba902b7-01", "a=b")
 	f.Fuzz(func(t *testing.T, tp, ts string) {
-		var p trace.W3C
-		ctx := p.Extract(context.Background(), trace.Carrier{"traceparent": tp, "tracestate": ts})
+		var p tracecontext.W3C
+		ctx := p.Extract(context.Background(), tracecontext.Carrier{"traceparent": tp, "tracestate": ts})
 		c := p.Inject(ctx)
-		if !trace.ValidTraceparent(tp) {
+		if !tracecontext.ValidTraceparent(tp) {
 			if c != nil {
 				t.Fatalf("invalid %q kept", tp)
 			}
@@ -126,7 +126,7 @@ func BenchmarkNoTrace(b *testing.B) {
 	defer cancel()
 	type k struct{}
 	ctx = context.WithValue(ctx, k{}, 1)
-	var p trace.Propagator = trace.W3C{}
+	var p tracecontext.Propagator = tracecontext.W3C{}
 	h := map[string]string{"Oncekit-Event-Id": "x", "Nats-Msg-Id": "x", "Oncekit-Key": "k"}
 	b.Run("Inject", func(b *testing.B) {
 		b.ReportAllocs()
