@@ -8,7 +8,7 @@
 // message.Subscriber write theirs.
 //
 // Adapters live in subpackages, one per external system, and depend on this
-// package only: broker/natsjs (NATS JetStream) and broker/wmbroker (any
+// package only: broker/natsjs (NATS JetStream) and watermill/asbroker (any
 // watermill Publisher and Subscriber: RabbitMQ, Redis Streams, Kafka, SQS,
 // ...). broker/brokertest is the conformance suite every adapter passes.
 //

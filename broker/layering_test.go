@@ -15,10 +15,10 @@ import (
 func TestAdaptersDependOnBrokerOnly(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, []string{"github.com/oncekit/oncekit/internal/cfgerr"}, oncekitDeps(t, "../internal/cfgerr"))
-	for _, pkg := range []string{"./natsjs", "./wmbroker"} {
+	for pkg, path := range map[string]string{"./natsjs": "broker/natsjs", "../watermill/asbroker": "watermill/asbroker"} {
 		for _, dep := range oncekitDeps(t, pkg) {
-			require.Contains(t, []string{"github.com/oncekit/oncekit/broker", "github.com/oncekit/oncekit/broker/" + strings.TrimPrefix(pkg, "./"),
-				"github.com/oncekit/oncekit/internal/cfgerr"}, dep, "%s must depend on package broker only", pkg)
+			require.Contains(t, []string{"github.com/oncekit/oncekit/broker", "github.com/oncekit/oncekit/" + path,
+				"github.com/oncekit/oncekit/internal/cfgerr"}, dep, "%s must depend on package broker only", path)
 		}
 	}
 }

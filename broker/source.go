@@ -59,7 +59,7 @@ type Terminator interface {
 }
 
 // Source delivers messages at least once: typically a durable consumer of a
-// broker (broker/natsjs.Source, broker/wmbroker.Source).
+// broker (broker/natsjs.Source, watermill/asbroker.Source).
 //
 // Every message published to what the source reads is delivered until it
 // is acked; a message neither acked nor nakked is delivered again after the

@@ -92,6 +92,6 @@
 // redelivery would let that redelivery run the handler a second time.
 //
 // Watermill users get the same claim in their router handlers' transaction
-// from package wmpubsub; the consumer reads any watermill subscriber through
-// broker/wmbroker.Source.
+// from package aspubsub; the consumer reads any watermill subscriber through
+// watermill/asbroker.Source.
 package inbox

@@ -92,7 +92,7 @@ func (m *metrics) updateRatio() {
 
 // Metrics records a consumer's inbox series (namespace oncekit, subsystem
 // inbox, label consumer) for code that claims through a Store outside a
-// Consumer, such as the watermill router handlers (package wmpubsub): the
+// Consumer, such as the watermill router handlers (package aspubsub): the
 // series a Consumer reports, so that one dashboard covers both. Several may
 // share a registerer.
 type Metrics struct{ m *metrics }

@@ -33,7 +33,7 @@ type ReplayOptions struct {
 }
 
 // Replay republishes dead letter id through pub, the publisher of the broker
-// the consumer reads (a natsjs.Publisher for JetStream, a wmbroker.Publisher
+// the consumer reads (a natsjs.Publisher for JetStream, a asbroker.Publisher
 // for RabbitMQ, Redis Streams or any other watermill Pub/Sub), to the
 // subject it was delivered on, with its original message ID
 // (so consumers that did process it absorb it as a duplicate, and the one

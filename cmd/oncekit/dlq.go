@@ -25,7 +25,7 @@ subcommands:
   show ID              one dead letter with its payload and headers
   replay ID...         republish with the original ID to the broker the consumer reads and mark
                        replayed: NATS JetStream (default; Nats-Msg-Id), or --broker rabbitmq
-                       (--amqp-url) or --broker redis (--redis-url), through broker/wmbroker
+                       (--amqp-url) or --broker redis (--redis-url), through watermill/asbroker
   prune                delete dead letters: --id, --older-than, --replayed or --all
                        (purge is its former name, still accepted)
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/broker/wmbroker"
+	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
 // The brokers `dlq replay` publishes to: the one the consumer reads.
@@ -203,7 +203,7 @@ func (r *replayFlags) openRedis(ctx context.Context) (broker.Publisher, func(), 
 // first checks each message's destination exists. closeFn closes what the
 // watermill publisher runs on.
 func newCheckedPublisher(wp message.Publisher, exists func(context.Context, string) error, closeFn func()) (broker.Publisher, func(), error) {
-	pub, err := wmbroker.NewPublisher(wp, nil)
+	pub, err := asbroker.NewPublisher(wp, nil)
 	if err != nil {
 		closeFn()
 		return nil, nil, err

@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/broker/wmbroker"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
 // replaySecretVars are secretVars plus the replay brokers' URLs, each with
@@ -122,7 +122,7 @@ func TestDLQReplayBrokerErrorsHidePassword(t *testing.T) {
 }
 
 // replayTarget is a queue or stream on a real broker that a consumer reads
-// through wmbroker, as an oncekit consumer on that broker does.
+// through asbroker, as an oncekit consumer on that broker does.
 type replayTarget struct {
 	vars map[string]string // the broker's URL variable
 	dest string
@@ -161,7 +161,7 @@ func newReplayTarget(t *testing.T, kind string) replayTarget {
 		}, watermill.NopLogger{})
 		require.NoError(t, err)
 	}
-	src, err := wmbroker.NewSource(context.Background(), sub, &wmbroker.SourceConfig{Topics: []string{dest}})
+	src, err := asbroker.NewSource(context.Background(), sub, &asbroker.SourceConfig{Topics: []string{dest}})
 	require.NoError(t, err)
 	t.Cleanup(func() { src.Close(); _ = sub.Close() })
 	return replayTarget{vars: vars, dest: dest, src: src}

@@ -31,9 +31,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/broker/wmbroker"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
 func main() {
@@ -67,7 +67,7 @@ func run(ctx context.Context, brokers []string, topic, dbURL string) error {
 		return err
 	}
 	defer wpub.Close()
-	pub, err := wmbroker.NewPublisher(wpub, nil)
+	pub, err := asbroker.NewPublisher(wpub, nil)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func run(ctx context.Context, brokers []string, topic, dbURL string) error {
 		return err
 	}
 	defer wsub.Close()
-	src, err := wmbroker.NewSource(ctx, wsub, &wmbroker.SourceConfig{Topics: []string{topic}})
+	src, err := asbroker.NewSource(ctx, wsub, &asbroker.SourceConfig{Topics: []string{topic}})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/broker/wmbroker"
+	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
 // The constructors the tests and their helper processes share: a broker
@@ -65,7 +65,7 @@ func queueLen(uri, queue string) (n int, err error) {
 }
 
 // newPublisher returns an oncekit publisher on the broker, and its closer.
-func newPublisher(kind, addr string) (*wmbroker.Publisher, func(), error) {
+func newPublisher(kind, addr string) (*asbroker.Publisher, func(), error) {
 	var wp message.Publisher
 	var err error
 	switch kind {
@@ -79,7 +79,7 @@ func newPublisher(kind, addr string) (*wmbroker.Publisher, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	pub, err := wmbroker.NewPublisher(wp, nil)
+	pub, err := asbroker.NewPublisher(wp, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,8 +89,8 @@ func newPublisher(kind, addr string) (*wmbroker.Publisher, func(), error) {
 // newSource subscribes a new consumer (its own connection) to dest: a
 // queue's consumer on RabbitMQ, a member of the stream's consumer group "g"
 // on Redis.
-func newSource(kind, addr, dest string, cfg *wmbroker.SourceConfig) (*wmbroker.Source, func(), error) {
-	c := wmbroker.SourceConfig{}
+func newSource(kind, addr, dest string, cfg *asbroker.SourceConfig) (*asbroker.Source, func(), error) {
+	c := asbroker.SourceConfig{}
 	if cfg != nil {
 		c = *cfg
 	}
@@ -115,7 +115,7 @@ func newSource(kind, addr, dest string, cfg *wmbroker.SourceConfig) (*wmbroker.S
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := wmbroker.NewSource(context.Background(), sub, &c)
+	src, err := asbroker.NewSource(context.Background(), sub, &c)
 	if err != nil {
 		_ = sub.Close()
 		return nil, nil, err

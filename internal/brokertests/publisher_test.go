@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/broker/wmbroker"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
 // The relay tells a broker outage from refused messages by Connected, the
@@ -26,12 +26,12 @@ func TestPublisherConnectedAndContext(t *testing.T) {
 	require.NoError(t, err)
 	var up atomic.Bool
 	up.Store(true)
-	pub, err := wmbroker.NewPublisher(wp, &wmbroker.PublisherConfig{Parallel: 1, Connected: up.Load})
+	pub, err := asbroker.NewPublisher(wp, &asbroker.PublisherConfig{Parallel: 1, Connected: up.Load})
 	require.NoError(t, err)
 	require.True(t, pub.Connected())
 	up.Store(false)
 	require.False(t, pub.Connected(), "down: the relay waits for the broker instead of counting attempts")
-	plain, err := wmbroker.NewPublisher(wp, nil)
+	plain, err := asbroker.NewPublisher(wp, nil)
 	require.NoError(t, err)
 	require.True(t, plain.Connected(), "without a probe every failure counts")
 
@@ -45,6 +45,6 @@ func TestPublisherConnectedAndContext(t *testing.T) {
 	require.NoError(t, pub.Close(), "waits for what is still in flight")
 	require.NoError(t, wp.Close())
 
-	_, err = wmbroker.NewPublisher(nil, nil)
-	require.ErrorIs(t, err, wmbroker.ErrInvalidConfig)
+	_, err = asbroker.NewPublisher(nil, nil)
+	require.ErrorIs(t, err, asbroker.ErrInvalidConfig)
 }

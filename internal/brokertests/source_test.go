@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/broker/wmbroker"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
 // Watermill keeps no ack timer; the Source does: a delivery left unsettled
@@ -23,7 +23,7 @@ func TestSourceAckWait(t *testing.T) {
 	require.NoError(t, err)
 	defer closePub()
 	const ackWait = 500 * time.Millisecond
-	src, closeSrc, err := newSource("rabbitmq", uri, queue, &wmbroker.SourceConfig{AckWait: ackWait})
+	src, closeSrc, err := newSource("rabbitmq", uri, queue, &asbroker.SourceConfig{AckWait: ackWait})
 	require.NoError(t, err)
 	defer closeSrc()
 	l, err := src.Limits(context.Background())
@@ -61,6 +61,6 @@ func TestSourceAckWait(t *testing.T) {
 	require.NoError(t, again[0].Ack(ctx))
 	require.NoError(t, first[0].Ack(ctx), "a late ack of the handed-back delivery is ignored")
 
-	_, err = wmbroker.NewSource(ctx, nil, &wmbroker.SourceConfig{Topics: []string{queue}})
-	require.ErrorIs(t, err, wmbroker.ErrInvalidConfig)
+	_, err = asbroker.NewSource(ctx, nil, &asbroker.SourceConfig{Topics: []string{queue}})
+	require.ErrorIs(t, err, asbroker.ErrInvalidConfig)
 }

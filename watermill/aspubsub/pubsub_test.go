@@ -1,4 +1,4 @@
-package wmpubsub_test
+package aspubsub_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
-	"github.com/oncekit/oncekit/wmpubsub"
+	"github.com/oncekit/oncekit/watermill/aspubsub"
 )
 
 // oncekit as a watermill Pub/Sub passes watermill's universal suite: the
@@ -63,9 +63,9 @@ func TestWatermillUniversalSuite(t *testing.T) {
 		return src, src.Close, nil
 	}
 	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-		pub, err := wmpubsub.NewPublisher(pool, &wmpubsub.PublisherConfig{Outbox: outbox.Config{Schema: db.Schema}})
+		pub, err := aspubsub.NewPublisher(pool, &aspubsub.PublisherConfig{Outbox: outbox.Config{Schema: db.Schema}})
 		require.NoError(t, err)
-		sub, err := wmpubsub.NewSubscriber(pool, &wmpubsub.SubscriberConfig{Group: group, Source: open, Schema: db.Schema, Logger: quiet})
+		sub, err := aspubsub.NewSubscriber(pool, &aspubsub.SubscriberConfig{Group: group, Source: open, Schema: db.Schema, Logger: quiet})
 		require.NoError(t, err)
 		return pub, sub
 	}

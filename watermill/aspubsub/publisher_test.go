@@ -1,4 +1,4 @@
-package wmpubsub_test
+package aspubsub_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
-	"github.com/oncekit/oncekit/wmpubsub"
+	"github.com/oncekit/oncekit/watermill/aspubsub"
 )
 
 // The Publisher writes in the caller's transaction: a rollback takes the
@@ -34,7 +34,7 @@ func TestPublisherWritesInCallersTransaction(t *testing.T) {
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
-		pub, err := wmpubsub.NewPublisher(tx, &wmpubsub.PublisherConfig{Outbox: outbox.Config{Schema: db.Schema}})
+		pub, err := aspubsub.NewPublisher(tx, &aspubsub.PublisherConfig{Outbox: outbox.Config{Schema: db.Schema}})
 		require.NoError(t, err)
 		require.NoError(t, pub.Publish("orders.placed", msg))
 		require.NoError(t, pub.Publish("orders.placed", msg), "a second copy is a no-op")
@@ -49,10 +49,10 @@ func TestPublisherWritesInCallersTransaction(t *testing.T) {
 
 	var subject, uuidHeader, tenant, key string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT subject, headers->>'Oncekit-Watermill-Uuid', headers->>'X-Tenant', ordering_key FROM outbox WHERE id = $1`,
-		wmpubsub.EventID("orders.placed", msg)).Scan(&subject, &uuidHeader, &tenant, &key))
+		aspubsub.EventID("orders.placed", msg)).Scan(&subject, &uuidHeader, &tenant, &key))
 	require.Equal(t, "orders.placed", subject)
 	require.Equal(t, msg.UUID, uuidHeader)
 	require.Equal(t, "acme", tenant)
 	require.Equal(t, "orders.placed", key, "a topic is one ordering key by default")
-	require.NotEqual(t, wmpubsub.EventID("orders.placed", msg), wmpubsub.EventID("orders.shipped", msg), "one event per topic")
+	require.NotEqual(t, aspubsub.EventID("orders.placed", msg), aspubsub.EventID("orders.shipped", msg), "one event per topic")
 }

@@ -1,7 +1,8 @@
-// Package wmbroker adapts any watermill Pub/Sub to oncekit's broker seam,
-// in both directions: the outbox relay publishes through a watermill
-// message.Publisher (Publisher), and the inbox consumes a watermill
-// message.Subscriber (Source). It depends on package broker and watermill
+// Package asbroker presents any watermill Pub/Sub as oncekit's broker:
+// the outbox relay publishes through a watermill message.Publisher
+// (Publisher), and the inbox consumes a watermill message.Subscriber
+// (Source). Its sibling, watermill/aspubsub, goes the other way: oncekit
+// as a watermill Pub/Sub. It depends on package broker and watermill
 // only, and passes broker/brokertest on RabbitMQ (watermill-amqp) and Redis
 // Streams (watermill-redisstream).
 //
@@ -15,11 +16,11 @@
 //	cfg := amqp.NewDurableQueueConfig(uri)
 //	cfg.Publish.ConfirmDelivery = true // Publish returns once RabbitMQ stored the message
 //	wpub, _ := amqp.NewPublisher(cfg, logger)
-//	pub, _ := wmbroker.NewPublisher(wpub, nil)
+//	pub, _ := asbroker.NewPublisher(wpub, nil)
 //	relay, _ := outbox.NewRelay(pool, pub, nil)
 //
 //	wsub, _ := amqp.NewSubscriber(cfg, logger)
-//	src, _ := wmbroker.NewSource(ctx, wsub, &wmbroker.SourceConfig{Topics: []string{"payments"}})
+//	src, _ := asbroker.NewSource(ctx, wsub, &asbroker.SourceConfig{Topics: []string{"payments"}})
 //	consumer, _ := inbox.NewConsumer(pool, src, handler, &inbox.Config{Name: "billing"})
 //
 // Close the Publisher before the watermill publisher: it waits for the
@@ -29,4 +30,4 @@
 // subscriber's SubscribeInitialize, or the Source): RabbitMQ drops a message
 // published to a queue that does not exist, and confirms it.
 // docs/brokers.md compares the brokers.
-package wmbroker
+package asbroker

@@ -1,4 +1,4 @@
-package wmbroker
+package asbroker
 
 import (
 	"cmp"
@@ -56,7 +56,7 @@ var _ broker.Publisher = (*Publisher)(nil)
 // ErrInvalidConfig is returned (wrapped) for a configuration NewPublisher or
 // NewSource cannot use: a missing publisher, subscriber or Topics, or a
 // negative number; the message names the field.
-var ErrInvalidConfig = errors.New("wmbroker: invalid config")
+var ErrInvalidConfig = errors.New("asbroker: invalid config")
 
 // NewPublisher returns a Publisher over pub. The caller keeps owning pub
 // and closes it.
@@ -65,7 +65,7 @@ func NewPublisher(pub message.Publisher, cfg *PublisherConfig) (*Publisher, erro
 		return nil, fmt.Errorf("%w: publisher is required", ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	if err := cfgerr.For(ErrInvalidConfig, "wmbroker: PublisherConfig").IfNegative(c, "Parallel"); err != nil {
+	if err := cfgerr.For(ErrInvalidConfig, "asbroker: PublisherConfig").IfNegative(c, "Parallel"); err != nil {
 		return nil, err
 	}
 	c.Parallel = cmp.Or(c.Parallel, 16)
@@ -128,10 +128,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) []broker
 		select {
 		case err := <-done[i]:
 			if err != nil {
-				results[i].Err = fmt.Errorf("wmbroker: publish %s: %w", msgs[i].ID, err)
+				results[i].Err = fmt.Errorf("asbroker: publish %s: %w", msgs[i].ID, err)
 			}
 		case <-ctx.Done():
-			results[i].Err = fmt.Errorf("wmbroker: publish %s: %w", msgs[i].ID, ctx.Err())
+			results[i].Err = fmt.Errorf("asbroker: publish %s: %w", msgs[i].ID, ctx.Err())
 		}
 	}
 	return results

@@ -1,4 +1,4 @@
-package wmpubsub_test
+package aspubsub_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/wmpubsub"
+	"github.com/oncekit/oncekit/watermill/aspubsub"
 )
 
 // A watermill router on oncekit: the event is written to the outbox in the
@@ -28,7 +28,7 @@ func ExampleNewSubscriber() {
 		log.Fatal(err)
 	}
 	// ... the business writes, in tx ...
-	pub, err := wmpubsub.NewPublisher(tx, nil)
+	pub, err := aspubsub.NewPublisher(tx, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func ExampleNewSubscriber() {
 		log.Fatal(err)
 	}
 
-	sub, err := wmpubsub.NewSubscriber(pool, &wmpubsub.SubscriberConfig{
+	sub, err := aspubsub.NewSubscriber(pool, &aspubsub.SubscriberConfig{
 		Group: "billing",
 		Source: func(ctx context.Context, group, topic string) (broker.Source, func(), error) {
 			src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{Stream: "ORDERS", Durable: group, FilterSubjects: []string{topic}})

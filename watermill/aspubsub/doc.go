@@ -1,5 +1,6 @@
-// Package wmpubsub is oncekit for watermill users, with their router
-// unchanged.
+// Package aspubsub presents oncekit as a watermill Pub/Sub, for watermill
+// users, with their router unchanged. Its sibling, watermill/asbroker, goes
+// the other way: any watermill Pub/Sub as oncekit's broker.
 //
 // As a watermill Pub/Sub: Publisher is a message.Publisher that writes to
 // oncekit's outbox in the caller's transaction (as watermill-sql's publisher
@@ -10,10 +11,10 @@
 // JetStream. The relay runs as usual (outbox.Relay, or `oncekit relay`).
 //
 //	// In the business transaction:
-//	pub, _ := wmpubsub.NewPublisher(tx, nil)
+//	pub, _ := aspubsub.NewPublisher(tx, nil)
 //	_ = pub.Publish("orders.placed", message.NewMessage(watermill.NewUUID(), payload))
 //
-//	sub, _ := wmpubsub.NewSubscriber(pool, &wmpubsub.SubscriberConfig{Group: "billing", Source: openSource})
+//	sub, _ := aspubsub.NewSubscriber(pool, &aspubsub.SubscriberConfig{Group: "billing", Source: openSource})
 //	router.AddNoPublisherHandler("billing", "orders.placed", sub, handle)
 //
 // As router handlers with the claim in the handler's transaction (Inbox):
@@ -22,7 +23,7 @@
 // handler explicitly, and watermill acks only after commit; this works on
 // any watermill subscriber.
 //
-//	in, _ := wmpubsub.New(pool, &wmpubsub.Config{Name: "billing"})
+//	in, _ := aspubsub.New(pool, &aspubsub.Config{Name: "billing"})
 //	router.AddNoPublisherHandler("billing", "payments", sub,
 //		in.NoPublishHandler(func(ctx context.Context, tx pgx.Tx, msg *message.Message) error {
 //			_, err := tx.Exec(ctx, "INSERT INTO invoices ...")
@@ -51,5 +52,5 @@
 // writes, write them to the outbox in tx instead.
 //
 // The other direction, oncekit's relay and inbox on any watermill broker
-// (RabbitMQ, Redis Streams, Kafka, SQS), is package broker/wmbroker.
-package wmpubsub
+// (RabbitMQ, Redis Streams, Kafka, SQS), is package watermill/asbroker.
+package aspubsub

@@ -1,4 +1,4 @@
-package wmpubsub_test
+package aspubsub_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/testenv"
-	"github.com/oncekit/oncekit/wmpubsub"
+	"github.com/oncekit/oncekit/watermill/aspubsub"
 )
 
 // The inbox on watermill-sql (PostgreSQL as the broker): a republished copy
@@ -49,11 +49,11 @@ func TestWatermillSQLSubscriber(t *testing.T) {
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
-	in, err := wmpubsub.New(db.Pool, &wmpubsub.Config{Name: "billing", Schema: db.Schema, Registerer: reg})
+	in, err := aspubsub.New(db.Pool, &aspubsub.Config{Name: "billing", Schema: db.Schema, Registerer: reg})
 	require.NoError(t, err)
 	var flakyCalls atomic.Int32
 	h := in.NoPublishHandler(func(ctx context.Context, tx pgx.Tx, msg *message.Message) error {
-		id, err := wmpubsub.DefaultMessageID(msg)
+		id, err := aspubsub.DefaultMessageID(msg)
 		if err != nil {
 			return err
 		}
@@ -126,7 +126,7 @@ func TestWatermillSQLSubscriber(t *testing.T) {
 	require.NoError(t, err)
 	reasons, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"permanent: cannot decode", `wmpubsub: message has no valid ID: "not-a-uuid"`}, reasons)
+	require.Equal(t, []string{`aspubsub: message has no valid ID: "not-a-uuid"`, "permanent: cannot decode"}, reasons)
 	var claims int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE consumer = 'billing'`).Scan(&claims))
 	require.Equal(t, 2, claims, "dead letters leave no claim")

@@ -1,4 +1,4 @@
-package wmpubsub
+package aspubsub
 
 import (
 	"context"
@@ -69,7 +69,7 @@ type Subscriber struct {
 var _ message.Subscriber = (*Subscriber)(nil)
 
 // ErrSubscriberClosed is returned by Subscribe after Close.
-var ErrSubscriberClosed = errors.New("wmpubsub: subscriber closed")
+var ErrSubscriberClosed = errors.New("aspubsub: subscriber closed")
 
 // NewSubscriber returns a Subscriber claiming in db (a *pgxpool.Pool).
 func NewSubscriber(db oncekit.DB, cfg *SubscriberConfig) (*Subscriber, error) {
@@ -77,7 +77,7 @@ func NewSubscriber(db oncekit.DB, cfg *SubscriberConfig) (*Subscriber, error) {
 		return nil, fmt.Errorf("%w: db is required", inbox.ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	bad := cfgerr.For(inbox.ErrInvalidConfig, "wmpubsub: SubscriberConfig")
+	bad := cfgerr.For(inbox.ErrInvalidConfig, "aspubsub: SubscriberConfig")
 	if c.Source == nil {
 		return nil, bad("Source", "required")
 	}
@@ -106,7 +106,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	src, closeSrc, err := s.cfg.Source(ctx, s.cfg.Group, topic)
 	if err != nil {
-		return nil, fmt.Errorf("wmpubsub: subscribe %s: %w", topic, err)
+		return nil, fmt.Errorf("aspubsub: subscribe %s: %w", topic, err)
 	}
 	out := make(chan *message.Message)
 	sctx, cancel := context.WithCancel(ctx)
@@ -118,7 +118,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		cancel()
 		closeSrc()
-		return nil, fmt.Errorf("wmpubsub: subscribe %s: %w", topic, err)
+		return nil, fmt.Errorf("aspubsub: subscribe %s: %w", topic, err)
 	}
 	s.subs.Add(1)
 	go func() {
@@ -135,7 +135,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer close(out)
 		defer cancel()
 		if err := c.Run(sctx); err != nil && sctx.Err() == nil {
-			s.log.Error("wmpubsub: consumer stopped", "topic", topic, "err", err)
+			s.log.Error("aspubsub: consumer stopped", "topic", topic, "err", err)
 		}
 		closeSrc()
 	}()
@@ -165,10 +165,10 @@ type handOver struct {
 }
 
 // errNacked rolls a nacked message's claim back.
-var errNacked = errors.New("wmpubsub: nacked")
+var errNacked = errors.New("aspubsub: nacked")
 
 // errStopped rolls back a message the subscription ended under.
-var errStopped = errors.New("wmpubsub: subscription ended before the message was acked")
+var errStopped = errors.New("aspubsub: subscription ended before the message was acked")
 
 func (h *handOver) Handle(_ context.Context, _ pgx.Tx, m *inbox.Message) error {
 	uuid := m.Headers[HeaderUUID]

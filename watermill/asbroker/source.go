@@ -1,4 +1,4 @@
-package wmbroker
+package asbroker
 
 import (
 	"cmp"
@@ -85,7 +85,7 @@ func NewSource(ctx context.Context, sub message.Subscriber, cfg *SourceConfig) (
 		return nil, fmt.Errorf("%w: subscriber is required", ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	bad := cfgerr.For(ErrInvalidConfig, "wmbroker: SourceConfig")
+	bad := cfgerr.For(ErrInvalidConfig, "asbroker: SourceConfig")
 	if len(c.Topics) == 0 {
 		return nil, bad("Topics", "required")
 	}
@@ -106,7 +106,7 @@ func NewSource(ctx context.Context, sub message.Subscriber, cfg *SourceConfig) (
 			ch, err := sub.Subscribe(sctx, topic)
 			if err != nil {
 				s.Close()
-				return nil, fmt.Errorf("wmbroker: subscribe %s: %w", topic, err)
+				return nil, fmt.Errorf("asbroker: subscribe %s: %w", topic, err)
 			}
 			s.subs.Add(1)
 			go s.forward(topic, ch)

@@ -1,4 +1,4 @@
-package wmpubsub
+package aspubsub
 
 import (
 	"cmp"
@@ -50,7 +50,7 @@ type Config struct {
 
 // ErrNoMessageID is returned by DefaultMessageID for a message without a
 // usable ID.
-var ErrNoMessageID = errors.New("wmpubsub: message has no valid ID")
+var ErrNoMessageID = errors.New("aspubsub: message has no valid ID")
 
 // DefaultMessageID takes the Oncekit-Event-Id metadata, else Nats-Msg-Id,
 // else the watermill UUID, and requires it to be a non-nil UUID.
@@ -87,7 +87,7 @@ func New(db oncekit.DB, cfg *Config) (*Inbox, error) {
 		return nil, fmt.Errorf("%w: db is required", inbox.ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	bad := cfgerr.For(inbox.ErrInvalidConfig, "wmpubsub: Config")
+	bad := cfgerr.For(inbox.ErrInvalidConfig, "aspubsub: Config")
 	if c.Name == "" {
 		return nil, bad("Name", "required")
 	}
@@ -141,7 +141,7 @@ func (in *Inbox) Handler(h HandlerFunc) message.HandlerFunc {
 		tx, err := in.db.Begin(ctx)
 		if err != nil {
 			in.fail()
-			return nil, fmt.Errorf("wmpubsub: begin: %w", err)
+			return nil, fmt.Errorf("aspubsub: begin: %w", err)
 		}
 		inbox.RegisterUUID(tx.Conn().TypeMap()) // the handler's uuid.UUID arguments, encoded directly
 		rollback := func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }
@@ -171,7 +171,7 @@ func (in *Inbox) Handler(h HandlerFunc) message.HandlerFunc {
 		}
 		if err := tx.Commit(ctx); err != nil {
 			in.fail()
-			return nil, fmt.Errorf("wmpubsub: commit (the redelivery settles it): %w", err)
+			return nil, fmt.Errorf("aspubsub: commit (the redelivery settles it): %w", err)
 		}
 		in.m.Processed()
 		in.processed.Add(1)

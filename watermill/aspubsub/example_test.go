@@ -1,4 +1,4 @@
-package wmpubsub_test
+package aspubsub_test
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/wmpubsub"
+	"github.com/oncekit/oncekit/watermill/aspubsub"
 )
 
 // A watermill handler whose writes commit with the message's claim.
 func Example() {
 	setup := func(pool *pgxpool.Pool, router *message.Router, sub message.Subscriber) error {
-		in, err := wmpubsub.New(pool, &wmpubsub.Config{Name: "billing"})
+		in, err := aspubsub.New(pool, &aspubsub.Config{Name: "billing"})
 		if err != nil {
 			return err
 		}
@@ -38,7 +38,7 @@ func Example() {
 func ExampleDefaultMessageID() {
 	msg := message.NewMessage("not-a-uuid", nil)
 	msg.Metadata.Set("Oncekit-Event-Id", "0b9e3f62-8f7a-4d3c-9f51-2b6f7c1d2e3f")
-	id, err := wmpubsub.DefaultMessageID(msg)
+	id, err := aspubsub.DefaultMessageID(msg)
 	fmt.Println(id, err)
 	// Output: 0b9e3f62-8f7a-4d3c-9f51-2b6f7c1d2e3f <nil>
 }

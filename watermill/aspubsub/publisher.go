@@ -1,4 +1,4 @@
-package wmpubsub
+package aspubsub
 
 import (
 	"context"
@@ -54,12 +54,12 @@ var _ message.Publisher = (*Publisher)(nil)
 // transaction).
 func NewPublisher(db oncekit.Beginner, cfg *PublisherConfig) (*Publisher, error) {
 	if db == nil {
-		return nil, errors.New("wmpubsub: NewPublisher: db is required")
+		return nil, errors.New("aspubsub: NewPublisher: db is required")
 	}
 	c := cfgerr.CopyOf(cfg)
 	ob, err := outbox.New(&c.Outbox)
 	if err != nil {
-		return nil, fmt.Errorf("wmpubsub: %w", err)
+		return nil, fmt.Errorf("aspubsub: %w", err)
 	}
 	if c.Key == nil {
 		c.Key = func(topic string, m *message.Message) string {
@@ -101,14 +101,14 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("wmpubsub: publish to %s: begin: %w", topic, err)
+		return fmt.Errorf("aspubsub: publish to %s: begin: %w", topic, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
 	if _, err := p.ob.Enqueue(ctx, tx, out...); err != nil {
-		return fmt.Errorf("wmpubsub: publish to %s: %w", topic, err)
+		return fmt.Errorf("aspubsub: publish to %s: %w", topic, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("wmpubsub: publish to %s: commit: %w", topic, err)
+		return fmt.Errorf("aspubsub: publish to %s: commit: %w", topic, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package wmbroker_test
+package asbroker_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncekit/oncekit/broker/wmbroker"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
 // The relay publishing to, and the inbox consuming from, any watermill
@@ -25,7 +25,7 @@ func Example() {
 	var wpub message.Publisher  // amqp.NewPublisher(cfg, logger)
 	var wsub message.Subscriber // amqp.NewSubscriber(cfg, logger)
 
-	pub, err := wmbroker.NewPublisher(wpub, nil)
+	pub, err := asbroker.NewPublisher(wpub, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func Example() {
 	}
 	go func() { _ = relay.Run(ctx) }()
 
-	src, err := wmbroker.NewSource(ctx, wsub, &wmbroker.SourceConfig{Topics: []string{"payments"}})
+	src, err := asbroker.NewSource(ctx, wsub, &asbroker.SourceConfig{Topics: []string{"payments"}})
 	if err != nil {
 		log.Fatal(err)
 	}
