@@ -98,7 +98,7 @@ func TestPrometheusScrapesTheDaemons(t *testing.T) {
 	name := testenv.Name(t)
 	start(t, "relay", env, bin, "relay", "--listen", relayAddr, "--partitions", "4",
 		"--stream", name, "--subjects", name+".>")
-	start(t, "dispatch", env, bin, "dispatch", "--listen", dispatchAddr, "--poll", "50ms",
+	start(t, "dispatch", env, bin, "dispatch", "--listen", dispatchAddr, "--poll-interval", "50ms",
 		"--endpoint", "receipt="+receiver.URL+"/hook", "--unsigned")
 
 	dir := t.TempDir()

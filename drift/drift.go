@@ -22,7 +22,7 @@ import (
 
 // Config configures a Checker. The zero value works.
 type Config struct {
-	// Schema of oncekit's tables. Defaults to "oncekit".
+	// Schema of oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// MaxOutboxAge is the oldest an unpublished, unparked outbox row may be.
 	// Defaults to 1 minute.

@@ -25,7 +25,7 @@ type Sealer interface {
 
 // Config configures an Edge. The zero value works.
 type Config struct {
-	// Schema holds the idempotency_keys table. Defaults to "oncekit".
+	// Schema holds the idempotency_keys table. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// Logger receives the edge's logs; keys appear only as hashes. Defaults to
 	// slog.Default().
@@ -35,18 +35,14 @@ type Config struct {
 	// Sealer, when set, encrypts every stored response body. Defaults to nil
 	// (bodies stored as they are).
 	Sealer Sealer
-	// RetentionInterval is how often Run calls Prune to delete expired
-	// records (a completed record expires after its Route.TTL). Defaults to
-	// one minute.
+	// RetentionInterval is the period of the retention loop. Defaults to
+	// oncekit.DefaultRetentionInterval.
 	RetentionInterval time.Duration
-	// RetentionBatch is the most rows one retention DELETE removes. Defaults
-	// to 1000.
+	// RetentionBatch is the most rows one retention DELETE removes.
+	// Defaults to oncekit.DefaultRetentionBatch.
 	RetentionBatch int
-	// RetentionRate is the most rows per second a retention pass deletes: it
-	// pauses between its statements to stay under it, so that a large
-	// backlog (retention stopped for a while, Retention shortened) does not
-	// take the database's CPU and I/O from the hot paths. Defaults to
-	// 60,000; negative: no limit.
+	// RetentionRate is the most rows a retention pass deletes per second
+	// (negative: no limit). Defaults to oncekit.DefaultRetentionRate.
 	RetentionRate int
 }
 

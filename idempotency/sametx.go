@@ -120,7 +120,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 			return err
 		}
 		if !claimed {
-			got.state = *state
+			got.state = State(*state)
 			if err := got.fill(status, headers, age); err != nil {
 				return err
 			}

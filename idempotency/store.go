@@ -14,10 +14,15 @@ import (
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
-// State of an idempotency record.
+// State is an idempotency record's state, as idempotency_keys.state holds
+// it.
+type State string
+
+// The states of a record: claimed by a request that has not finished, and
+// holding its stored response.
 const (
-	StateInProgress = "in_progress"
-	StateCompleted  = "completed"
+	StateInProgress State = "in_progress"
+	StateCompleted  State = "completed"
 )
 
 // recordID is a record's primary key.
@@ -38,7 +43,7 @@ func (id recordID) aad() []byte {
 // record is a stored idempotency record as a later request sees it.
 type record struct {
 	fingerprint []byte
-	state       string
+	state       State
 	status      int
 	headers     http.Header
 	body        []byte

@@ -7,7 +7,6 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/internal/cfgerr"
@@ -22,7 +21,7 @@ type Config struct {
 	// two consumers with the same Name share their claims (they are replicas
 	// of one consumer), different Names each process every message. Required.
 	Name string
-	// Schema of oncekit's tables. Defaults to "oncekit".
+	// Schema of oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// Concurrency is the number of messages (or batches) processed at once,
 	// each on its own connection. Defaults to 4.
@@ -71,25 +70,23 @@ type Config struct {
 	// the source's last delivery (a finite MaxDeliver), where a dead letter
 	// keeps what the broker would otherwise drop. Defaults to 25.
 	MaxAttempts int
-	// Backoff returns the delay before redelivering a message whose
-	// attempt-th delivery failed. Defaults to ExponentialBackoff(time.Second,
-	// 5*time.Minute).
-	Backoff func(attempt int) time.Duration
+	// MinBackoff and MaxBackoff bound the delay before a message whose
+	// delivery failed is delivered again: MinBackoff after the first
+	// failure, doubling with each, at most MaxBackoff. Default to 1s and
+	// 5m.
+	MinBackoff, MaxBackoff time.Duration
 	// Retention is how long claims are kept in processed_messages. It must
 	// exceed the source's redelivery horizon (see Horizon), or Run refuses
 	// to start. Negative keeps claims forever. Defaults to 7 days.
 	Retention time.Duration
-	// RetentionInterval is the pause between retention sweeps. Defaults to
-	// one minute.
+	// RetentionInterval is the period of the retention loop. Defaults to
+	// oncekit.DefaultRetentionInterval.
 	RetentionInterval time.Duration
-	// RetentionBatch bounds the rows one retention DELETE removes. Defaults
-	// to 1000.
+	// RetentionBatch is the most rows one retention DELETE removes.
+	// Defaults to oncekit.DefaultRetentionBatch.
 	RetentionBatch int
-	// RetentionRate is the most rows per second a retention pass deletes: it
-	// pauses between its statements to stay under it, so that a large
-	// backlog (retention stopped for a while, Retention shortened) does not
-	// take the database's CPU and I/O from the hot paths. Defaults to
-	// 60,000; negative: no limit.
+	// RetentionRate is the most rows a retention pass deletes per second
+	// (negative: no limit). Defaults to oncekit.DefaultRetentionRate.
 	RetentionRate int
 	// DeadLetterRetention is how long the consumer's dead letters are kept
 	// once replayed (counted from the replay); the retention sweep deletes
@@ -141,27 +138,14 @@ type Verifier interface {
 	Verify(msg *broker.Message) error
 }
 
-// ExponentialBackoff returns a Backoff that waits initial after the first
-// failed attempt and doubles each attempt up to max, without jitter (it uses
-// cenkalti/backoff's ExponentialBackOff).
-func ExponentialBackoff(initial, max time.Duration) func(attempt int) time.Duration {
-	return func(attempt int) time.Duration {
-		b := backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(initial),
-			backoff.WithMaxInterval(max),
-			backoff.WithMultiplier(2),
-			backoff.WithRandomizationFactor(0),
-			backoff.WithMaxElapsedTime(0),
-		)
-		d := initial
-		for i := 0; i < attempt && i < 64; i++ {
-			d = b.NextBackOff()
-			if d >= max {
-				return max
-			}
-		}
-		return d
+// backoff is the delay before the delivery after a failed attempt-th one:
+// MinBackoff doubled attempt-1 times, at most MaxBackoff, without jitter.
+func (c *Config) backoff(attempt int) time.Duration {
+	d := c.MinBackoff
+	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
+		d *= 2
 	}
+	return min(d, c.MaxBackoff)
 }
 
 // withDefaults returns a copy of c (the zero Config if nil) with defaults
@@ -172,9 +156,8 @@ func (c *Config) withDefaults() Config {
 	out.Concurrency = cmp.Or(out.Concurrency, 4)
 	out.BatchSize = cmp.Or(out.BatchSize, 1)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
-	if out.Backoff == nil {
-		out.Backoff = ExponentialBackoff(time.Second, 5*time.Minute)
-	}
+	out.MinBackoff = cmp.Or(out.MinBackoff, time.Second)
+	out.MaxBackoff = cmp.Or(out.MaxBackoff, max(5*time.Minute, out.MinBackoff))
 	out.Retention = cmp.Or(out.Retention, 7*24*time.Hour)
 	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.DeadLetterRetention = cmp.Or(out.DeadLetterRetention, 7*24*time.Hour)
@@ -196,7 +179,10 @@ func (c *Config) validate() error {
 	if c.BatchSize < 1 || c.BatchSize > 1000 {
 		return bad("BatchSize", "%d not in 1..1000", c.BatchSize)
 	}
-	return bad.IfNegative(c, "Concurrency", "MaxAttempts", "RetentionInterval", "RetentionBatch")
+	if c.MinBackoff > c.MaxBackoff {
+		return bad("MinBackoff", "%v is above MaxBackoff (%v)", c.MinBackoff, c.MaxBackoff)
+	}
+	return bad.IfNegative(c, "Concurrency", "MaxAttempts", "MinBackoff", "RetentionInterval", "RetentionBatch")
 }
 
 // Horizon is how long after a message was processed a copy of it can still

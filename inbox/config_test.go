@@ -24,7 +24,7 @@ func TestConfigValidate(t *testing.T) {
 	require.Equal(t, 1000, c.RetentionBatch)
 	require.Equal(t, retention.DefaultRate, c.RetentionRate)
 	require.Equal(t, 7*24*time.Hour, c.DeadLetterRetention)
-	require.NotNil(t, c.Backoff)
+	require.Equal(t, []time.Duration{time.Second, 5 * time.Minute}, []time.Duration{c.MinBackoff, c.MaxBackoff})
 	require.NotNil(t, c.Logger)
 	require.NotNil(t, c.Propagator)
 	for _, tc := range []struct {

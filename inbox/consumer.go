@@ -103,7 +103,7 @@ func (c *Consumer) CheckRetention(ctx context.Context) error {
 		return fmt.Errorf("%w: MaxAttempts %d must be below the source's MaxDeliver %d, or the broker stops redelivering before the consumer dead-letters",
 			ErrInvalidConfig, c.cfg.MaxAttempts, l.MaxDeliver)
 	}
-	h := Horizon(l, c.cfg.MaxAttempts, c.cfg.Backoff(c.cfg.MaxAttempts))
+	h := Horizon(l, c.cfg.MaxAttempts, c.cfg.backoff(c.cfg.MaxAttempts))
 	if c.cfg.Retention >= 0 && c.cfg.Retention <= h {
 		return fmt.Errorf("%w: Retention %s <= horizon %s (ack wait %s, max deliver %d, dedup window %s, max attempts %d)",
 			ErrRetentionTooShort, c.cfg.Retention, h, l.AckWait, l.MaxDeliver, l.Duplicates, c.cfg.MaxAttempts)
@@ -116,10 +116,11 @@ func (c *Consumer) CheckRetention(ctx context.Context) error {
 // (their transactions are not cut short, and handlers get a context that is
 // not cancelled); messages received but not started are handed back to the
 // broker (nak without delay). Run returns nil after a clean stop, and
-// ErrSourceClosed if the source was closed under it.
+// ErrSourceClosed if the source was closed under it. Called while another
+// Run of c has not returned, it returns oncekit.ErrAlreadyRunning.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
-		return errors.New("inbox: Run called twice")
+		return oncekit.ErrAlreadyRunning
 	}
 	defer c.running.Store(false)
 	if err := c.CheckRetention(ctx); err != nil {
@@ -283,7 +284,7 @@ func (c *Consumer) waitRetry(ctx context.Context, retry []*item) bool {
 	var delay time.Duration
 	for _, it := range retry {
 		if it.failed {
-			delay = max(delay, c.cfg.Backoff(it.attempt))
+			delay = max(delay, c.cfg.backoff(it.attempt))
 			it.attempt++
 			it.failed = false
 		}

@@ -173,7 +173,7 @@ func TestHandlerFailingTwiceThenSucceeding(t *testing.T) {
 		return nil
 	})
 	cfg := b.config("c")
-	cfg.Backoff = inbox.ExponentialBackoff(200*time.Millisecond, time.Second)
+	cfg.MinBackoff, cfg.MaxBackoff = 200*time.Millisecond, time.Second
 	c := b.start(b.source("d", 5*time.Second), h, cfg)
 	m := b.msg("", 1)
 	b.publish(m)
@@ -381,7 +381,7 @@ func TestOrderedPerKeyUnderConcurrency(t *testing.T) {
 		cfg.Ordered = true
 		cfg.Concurrency = 8
 		cfg.BatchSize = batch
-		cfg.Backoff = inbox.ExponentialBackoff(5*time.Millisecond, 20*time.Millisecond)
+		cfg.MinBackoff, cfg.MaxBackoff = 5*time.Millisecond, 20*time.Millisecond
 		c := b.start(b.source("d"+itoa(batch), 30*time.Second), h, cfg)
 		waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == keys*perKey })
 		require.Positive(t, c.Stats().Retried)
@@ -482,7 +482,7 @@ func TestOrderedRetryHoldsOnlyItsLane(t *testing.T) {
 	cfg.Ordered = true
 	cfg.Concurrency = lanes
 	cfg.BatchSize = 4
-	cfg.Backoff = inbox.ExponentialBackoff(300*time.Millisecond, 300*time.Millisecond)
+	cfg.MinBackoff, cfg.MaxBackoff = 300*time.Millisecond, 300*time.Millisecond
 	c := b.start(b.source("d", 30*time.Second), h, cfg)
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == int64(len(msgs)) })
 	require.True(t, othersDoneFirst.Load(), "the other lanes finished while the stuck key waited")
@@ -537,7 +537,7 @@ func TestTransientFailuresAreNeverDeadLettered(t *testing.T) {
 	})
 	cfg := b.config("c")
 	cfg.MaxAttempts = 2
-	cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 10*time.Millisecond
 	m := b.msg("", 1)
 	b.publish(m)
 	c := b.start(b.source("d", 5*time.Second), h, cfg)
@@ -563,7 +563,7 @@ func TestTransientFailureOnLastDeliveryIsDeadLettered(t *testing.T) {
 	t.Cleanup(src.Close)
 	cfg := b.config("c")
 	cfg.MaxAttempts = 2
-	cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 10*time.Millisecond
 	m := b.msg("", 1)
 	b.publish(m)
 	c := b.start(src, h, cfg)

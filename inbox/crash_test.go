@@ -171,7 +171,7 @@ func TestCommitWithUnknownOutcomeIsNotSettled(t *testing.T) {
 		return nil
 	})
 	cfg := b.config("c")
-	cfg.Backoff = inbox.ExponentialBackoff(10*time.Millisecond, 10*time.Millisecond)
+	cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 10*time.Millisecond
 	const ackWait = 2 * time.Second
 	c := b.start(b.source("d", ackWait), h, cfg)
 	m := b.msg("", 1)

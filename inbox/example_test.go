@@ -81,16 +81,6 @@ func ExampleQueue() {
 	_ = handle
 }
 
-// The default redelivery backoff doubles from one second up to five minutes.
-func ExampleExponentialBackoff() {
-	backoff := inbox.ExponentialBackoff(time.Second, 5*time.Minute)
-	for attempt := 1; attempt <= 10; attempt++ {
-		fmt.Print(backoff(attempt), " ")
-	}
-	fmt.Println()
-	// Output: 1s 2s 4s 8s 16s 32s 1m4s 2m8s 4m16s 5m0s
-}
-
 // Claims must outlive the last redelivery a source can make: with a 30 s ack
 // wait, unlimited deliveries, 25 attempts and a 5 minute backoff cap, that is
 // 25 × 5.5 minutes.

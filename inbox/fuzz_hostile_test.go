@@ -89,7 +89,7 @@ func newFuzzConsumer(f *testing.F) *fuzzConsumer {
 		return nil
 	})
 	cfg := &inbox.Config{Name: "fuzz", Schema: b.db.Schema, BatchSize: 16, MaxAttempts: 3,
-		Backoff: inbox.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), Registerer: prometheus.NewRegistry(), Logger: testLogger()}
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Registerer: prometheus.NewRegistry(), Logger: testLogger()}
 	c, err := inbox.NewConsumer(b.db.Pool, src, h, cfg)
 	if err != nil {
 		f.Fatal(err)

@@ -37,7 +37,7 @@ func TestOrderedHelperProcess(t *testing.T) {
 	pool, src := helperSource(t, orderedAckWait)
 	c, err := inbox.NewConsumer(pool, src, inbox.HandlerFunc(insertEffect), &inbox.Config{
 		Name: "c", Schema: os.Getenv("INBOX_SCHEMA"), Ordered: true, BatchSize: 20, Concurrency: 4,
-		Backoff: inbox.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond), Logger: testLogger(),
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Logger: testLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ func TestOrderedRetryKeepsQueuedMessagesInProgress(t *testing.T) {
 	cfg.Ordered = true
 	cfg.Concurrency = 2
 	backoff := ackWait + ackWait/4 // each wait outlasts the ack wait
-	cfg.Backoff = inbox.ExponentialBackoff(backoff, backoff)
+	cfg.MinBackoff, cfg.MaxBackoff = backoff, backoff
 	c := b.start(b.source("d", ackWait), h, cfg)
 	b.publish(msgs...)
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == int64(len(msgs)) })

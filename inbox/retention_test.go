@@ -37,7 +37,7 @@ func TestRunRefusesRetentionShorterThanHorizon(t *testing.T) {
 
 	cfg := b.config("c")
 	cfg.MaxAttempts = 5
-	cfg.Backoff = inbox.ExponentialBackoff(time.Second, time.Minute)
+	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Minute
 	cfg.Retention = 5 * time.Minute // < dedup window, < 5 × (30 s + 16 s)
 	c, err := inbox.NewConsumer(b.db.Pool, src, inbox.HandlerFunc(insertEffect), cfg)
 	require.NoError(t, err)

@@ -40,7 +40,7 @@ func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*
 		case outRetry:
 			c.retried.Add(1)
 			c.m.retried.Inc()
-			delay := c.cfg.Backoff(it.attempt)
+			delay := c.cfg.backoff(it.attempt)
 			c.logger(it).Warn("inbox handler failed; retrying", "err", o.err, "delay", delay)
 			if c.cfg.Ordered {
 				it.failed = true

@@ -119,7 +119,7 @@ func (b *bundle) config(name string) *inbox.Config {
 	return &inbox.Config{
 		Name:       name,
 		Schema:     b.db.Schema,
-		Backoff:    inbox.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond),
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Registerer: prometheus.NewRegistry(),
 		Logger:     testLogger(),
 	}

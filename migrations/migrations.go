@@ -42,7 +42,7 @@ type options struct {
 	target int
 }
 
-// WithSchema sets the schema oncekit's tables live in. Defaults to "oncekit".
+// WithSchema sets the schema oncekit's tables live in. Defaults to oncekit.DefaultSchema.
 func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
 // WithTarget makes Up stop after migration version (for staged upgrades).

@@ -24,7 +24,7 @@ func TestOldestUnpublishedAgeResetsWhenDrained(t *testing.T) {
 	require.NoError(t, err)
 	pub, _ := publisher(t, b.nats.URL)
 	_, reg := b.startRelay(t, pub, outbox.RelayConfig{Partitions: 1, StatsInterval: time.Hour,
-		RetryInitial: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond, MaxAttempts: 1000, PublishTimeout: time.Second})
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, MaxAttempts: 1000, PublishTimeout: time.Second})
 	require.Eventually(t, func() bool {
 		return metricValue(t, reg, "oncekit_outbox_oldest_unpublished_age_seconds") > 3000
 	}, 20*time.Second, 20*time.Millisecond)
@@ -38,12 +38,12 @@ func TestOldestUnpublishedAgeResetsWhenDrained(t *testing.T) {
 }
 
 // partitions_owned follows the leases as they are taken, not one lease
-// round (LeaseTTL/3) later.
+// round (Lease/3) later.
 func TestPartitionsOwnedFollowsTheLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pub, _ := publisher(t, b.nats.URL)
-	_, reg := b.startRelay(t, pub, outbox.RelayConfig{Partitions: 8, LeaseTTL: 30 * time.Second, NodeID: "n1"})
+	_, reg := b.startRelay(t, pub, outbox.RelayConfig{Partitions: 8, Lease: 30 * time.Second, ID: "n1"})
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, b.db.Pool.QueryRow(context.Background(),

@@ -38,7 +38,7 @@ func testRetryReleasesFollowers(t *testing.T, wrap func(*natsjs.Publisher) broke
 	enqueue(t, b.db, b.ob, flowing...)
 	np, _ := publisher(t, b.nats.URL)
 	b.startRelay(t, wrap(np), outbox.RelayConfig{
-		MaxAttempts: 1000, RetryInitial: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		MaxAttempts: 1000, MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		PublishTimeout: 2 * time.Second, PollInterval: 20 * time.Millisecond,
 	})
 	waitCount(t, b.stream, 3, 20*time.Second)

@@ -42,7 +42,7 @@ func TestRelayStoresUntrustedBrokerErrors(t *testing.T) {
 	enqueue(t, b.db, b.ob, others...)
 	np, _ := publisher(t, b.nats.URL)
 	b.startRelay(t, garbledErrors{np}, outbox.RelayConfig{
-		MaxAttempts: 3, RetryInitial: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		MaxAttempts: 3, MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		PublishTimeout: 2 * time.Second, PollInterval: 20 * time.Millisecond,
 	})
 	var attempts int

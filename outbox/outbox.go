@@ -32,7 +32,7 @@ const (
 
 // Config configures an Outbox. The zero value works.
 type Config struct {
-	// Schema holds oncekit's tables. Defaults to "oncekit".
+	// Schema holds oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// MaxPayload is the largest payload accepted, in bytes. Defaults to
 	// DefaultMaxPayload.

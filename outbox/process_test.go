@@ -37,7 +37,7 @@ func startRelayProc(t *testing.T, b *bundle, natsURL string, extraEnv []string, 
 	t.Helper()
 	bin := testenv.OncekitBinary(t)
 	base := []string{"relay", "--database-url", b.db.URL, "--schema", b.db.Schema, "--nats-url", natsURL,
-		"--lease-ttl", "2s", "--poll-interval", "100ms", "--publish-timeout", "2s", "--log-level", "debug"}
+		"--lease", "2s", "--poll-interval", "100ms", "--publish-timeout", "2s", "--log-level", "debug"}
 	cmd := exec.Command(bin, append(base, args...)...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	p := &relayProc{cmd: cmd, out: &testenv.SyncBuffer{}, exited: make(chan struct{})}

@@ -22,21 +22,21 @@ import (
 
 // RelayConfig configures a Relay. The zero value works.
 type RelayConfig struct {
-	// Schema holds oncekit's tables. Defaults to "oncekit".
+	// Schema holds oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// Partitions must equal the writers' Config.Partitions. Defaults to
 	// DefaultPartitions.
 	Partitions int
-	// NodeID names this relay process in the lease tables. Defaults to
+	// ID names this relay process in the lease tables. Defaults to
 	// hostname-pid-random.
-	NodeID string
+	ID string
 	// BatchSize is the most rows read and published at once per partition.
 	// Defaults to 1000.
 	BatchSize int
-	// LeaseTTL is how long a partition lease lasts without renewal; leases are
-	// renewed every LeaseTTL/3, and a relay stops publishing a partition
-	// LeaseTTL/5 before its lease would expire unrenewed. Defaults to 10s.
-	LeaseTTL time.Duration
+	// Lease is how long a partition lease lasts without renewal; leases are
+	// renewed every Lease/3, and a relay stops publishing a partition
+	// Lease/5 before its lease would expire unrenewed. Defaults to 10s.
+	Lease time.Duration
 	// PollInterval is the longest wait between two looks at the outbox: the
 	// fallback when no notification arrives, and the idle polling period.
 	// Defaults to 500ms.
@@ -55,27 +55,25 @@ type RelayConfig struct {
 	// parked. Attempts are counted only while the broker is reachable (a
 	// broker outage parks nothing). Defaults to 10.
 	MaxAttempts int
-	// RetryInitial and RetryMax bound the exponential wait before a failed
+	// MinBackoff and MaxBackoff bound the exponential wait before a failed
 	// message is tried again. Default to 1s and 5m.
-	RetryInitial, RetryMax time.Duration
-	// BrokerBackoffMax caps the exponential backoff of a partition while the
+	MinBackoff, MaxBackoff time.Duration
+	// MaxBrokerBackoff caps the exponential backoff of a partition while the
 	// broker is unreachable. Defaults to 10s.
-	BrokerBackoffMax time.Duration
+	MaxBrokerBackoff time.Duration
 	// Retention is how long published messages stay in the outbox, counted
 	// from their Enqueue, before the retention loop deletes them; until then
 	// Enqueue reports their IDs as duplicates. Defaults to 24h; negative
 	// disables the loop.
 	Retention time.Duration
-	// RetentionInterval is the period of the retention loop. Defaults to 1m.
+	// RetentionInterval is the period of the retention loop. Defaults to
+	// oncekit.DefaultRetentionInterval.
 	RetentionInterval time.Duration
-	// RetentionBatch is the most rows one retention DELETE removes. Defaults
-	// to 1000.
+	// RetentionBatch is the most rows one retention DELETE removes.
+	// Defaults to oncekit.DefaultRetentionBatch.
 	RetentionBatch int
-	// RetentionRate is the most rows per second a retention pass deletes: it
-	// pauses between its statements to stay under it, so that a large
-	// backlog (retention stopped for a while, Retention shortened) does not
-	// take the database's CPU and I/O from the hot paths. Defaults to
-	// 60,000; negative: no limit.
+	// RetentionRate is the most rows a retention pass deletes per second
+	// (negative: no limit). Defaults to oncekit.DefaultRetentionRate.
 	RetentionRate int
 	// StatsInterval is the period at which the gauges (oldest unpublished age,
 	// parked) are refreshed. Defaults to 5s.
@@ -98,7 +96,7 @@ type Relay struct {
 
 	epoch   time.Time
 	probeCh chan struct{}
-	ran     sync.Once
+	running atomic.Bool
 
 	mu      sync.Mutex
 	workers map[int]*worker
@@ -134,7 +132,7 @@ func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay
 		pub:     pub,
 		cfg:     c,
 		sql:     renderRelaySQL(schema),
-		log:     c.Logger.With("component", "outbox.relay", "node", c.NodeID),
+		log:     c.Logger.With("component", "outbox.relay", "node", c.ID),
 		m:       m,
 		ch:      NotifyChannel(schema),
 		epoch:   time.Now(),
@@ -150,18 +148,18 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.Partitions = cmp.Or(out.Partitions, DefaultPartitions)
-	if out.NodeID == "" {
-		out.NodeID = nodeid.New()
+	if out.ID == "" {
+		out.ID = nodeid.New()
 	}
 	out.BatchSize = cmp.Or(out.BatchSize, 1000)
-	out.LeaseTTL = cmp.Or(out.LeaseTTL, 10*time.Second)
+	out.Lease = cmp.Or(out.Lease, 10*time.Second)
 	out.PollInterval = cmp.Or(out.PollInterval, 500*time.Millisecond)
 	out.BusyPollInterval = cmp.Or(out.BusyPollInterval, time.Millisecond)
 	out.PublishTimeout = cmp.Or(out.PublishTimeout, 30*time.Second)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 10)
-	out.RetryInitial = cmp.Or(out.RetryInitial, time.Second)
-	out.RetryMax = cmp.Or(out.RetryMax, 5*time.Minute)
-	out.BrokerBackoffMax = cmp.Or(out.BrokerBackoffMax, 10*time.Second)
+	out.MinBackoff = cmp.Or(out.MinBackoff, time.Second)
+	out.MaxBackoff = cmp.Or(out.MaxBackoff, 5*time.Minute)
+	out.MaxBrokerBackoff = cmp.Or(out.MaxBrokerBackoff, 10*time.Second)
 	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
 	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.StatsInterval = cmp.Or(out.StatsInterval, 5*time.Second)
@@ -180,17 +178,17 @@ func (c *RelayConfig) validate() error {
 		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)
 	}
 	if err := bad.IfNegative(c, "BatchSize", "PollInterval", "BusyPollInterval",
-		"PublishTimeout", "MaxAttempts", "RetryInitial", "BrokerBackoffMax", "StatsInterval",
+		"PublishTimeout", "MaxAttempts", "MinBackoff", "MaxBrokerBackoff", "StatsInterval",
 		"RetentionInterval", "RetentionBatch"); err != nil {
 		return err
 	}
 	switch {
-	case c.LeaseTTL < 300*time.Millisecond:
-		return bad("LeaseTTL", "%v is below 300ms", c.LeaseTTL)
+	case c.Lease < 300*time.Millisecond:
+		return bad("Lease", "%v is below 300ms", c.Lease)
 	case c.BusyPollInterval > c.PollInterval:
 		return bad("BusyPollInterval", "%v is above PollInterval (%v)", c.BusyPollInterval, c.PollInterval)
-	case c.RetryMax < c.RetryInitial:
-		return bad("RetryMax", "%v is below RetryInitial (%v)", c.RetryMax, c.RetryInitial)
+	case c.MaxBackoff < c.MinBackoff:
+		return bad("MaxBackoff", "%v is below MinBackoff (%v)", c.MaxBackoff, c.MinBackoff)
 	}
 	return nil
 }
@@ -202,14 +200,13 @@ var ErrPartitionMismatch = errors.New("outbox: partition count mismatch")
 // Run publishes until ctx ends, then finishes the batches in flight, releases
 // its leases and returns nil. It returns an error only when it cannot start
 // (PostgreSQL unreachable, a partition mismatch); once running it retries
-// failures of PostgreSQL and of the broker with backoff. Run may be called
-// once.
+// failures of PostgreSQL and of the broker with backoff. Called while
+// another Run of r has not returned, it returns oncekit.ErrAlreadyRunning.
 func (r *Relay) Run(ctx context.Context) error {
-	first := false
-	r.ran.Do(func() { first = true })
-	if !first {
-		return errors.New("outbox: Relay.Run called twice")
+	if !r.running.CompareAndSwap(false, true) {
+		return oncekit.ErrAlreadyRunning
 	}
+	defer r.running.Store(false)
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
@@ -265,13 +262,16 @@ func (r *Relay) shutdown(ctx context.Context) {
 	for _, w := range ws {
 		parts = append(parts, int32(w.part))
 	}
-	if _, err := r.pool.Exec(ctx, r.sql.release, r.cfg.NodeID, parts); err != nil {
+	if _, err := r.pool.Exec(ctx, r.sql.release, r.cfg.ID, parts); err != nil {
 		r.log.Warn("releasing leases failed; they expire on their own", "err", err)
 	}
-	if _, err := r.pool.Exec(ctx, r.sql.removeNode, r.cfg.NodeID); err != nil {
+	if _, err := r.pool.Exec(ctx, r.sql.removeNode, r.cfg.ID); err != nil {
 		r.log.Warn("removing node failed", "err", err)
 	}
 	r.m.setOwned(0)
+	r.mu.Lock()
+	clear(r.workers) // all stopped: a later Run starts with no partition
+	r.mu.Unlock()
 }
 
 // since is the relay's monotonic clock.

@@ -106,8 +106,8 @@ func (b *bundle) startRelay(t *testing.T, pub broker.Publisher, cfg outbox.Relay
 		cfg.Logger = testLogger()
 	}
 	cfg.Registerer = reg
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 2 * time.Second
+	if cfg.Lease == 0 {
+		cfg.Lease = 2 * time.Second
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 100 * time.Millisecond

@@ -12,7 +12,7 @@ import (
 // share (ceil(partitions / live relays)) by releasing extras and acquiring
 // free or expired partitions. It returns when ctx ends.
 func (r *Relay) leaseLoop(ctx context.Context) {
-	every := r.cfg.LeaseTTL / 3
+	every := r.cfg.Lease / 3
 	for {
 		r.balance(ctx)
 		r.checkPartitions(ctx)
@@ -26,14 +26,14 @@ func (r *Relay) leaseLoop(ctx context.Context) {
 // validUntil (on the relay's monotonic clock), a margin before the lease can
 // expire in the database.
 func (r *Relay) leaseDeadline(start time.Duration) time.Duration {
-	return start + r.cfg.LeaseTTL - r.cfg.LeaseTTL/5
+	return start + r.cfg.Lease - r.cfg.Lease/5
 }
 
 func (r *Relay) balance(ctx context.Context) {
-	ttl := r.cfg.LeaseTTL.Seconds()
+	ttl := r.cfg.Lease.Seconds()
 	start := r.since()
 	var live int
-	if err := r.pool.QueryRow(ctx, r.sql.heartbeat, r.cfg.NodeID, ttl).Scan(&live); err != nil {
+	if err := r.pool.QueryRow(ctx, r.sql.heartbeat, r.cfg.ID, ttl).Scan(&live); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("heartbeat failed", "err", err)
 		}
@@ -43,7 +43,7 @@ func (r *Relay) balance(ctx context.Context) {
 	// Renew what is held; anything not renewed under the same token is lost.
 	held := r.heldPartitions()
 	if len(held) > 0 {
-		rows, err := r.pool.Query(ctx, r.sql.renew, r.cfg.NodeID, ttl, held)
+		rows, err := r.pool.Query(ctx, r.sql.renew, r.cfg.ID, ttl, held)
 		renewed := map[int]int64{}
 		if err == nil {
 			for rows.Next() {
@@ -131,7 +131,7 @@ func (r *Relay) heldPartitions() []int32 {
 }
 
 func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
-	rows, err := r.pool.Query(ctx, r.sql.acquire, r.cfg.NodeID, r.cfg.LeaseTTL.Seconds(), n, r.cfg.Partitions)
+	rows, err := r.pool.Query(ctx, r.sql.acquire, r.cfg.ID, r.cfg.Lease.Seconds(), n, r.cfg.Partitions)
 	if err != nil {
 		r.log.Warn("acquiring partitions failed", "err", err)
 		return
@@ -191,7 +191,7 @@ func (r *Relay) releaseAfterBatch(ctx context.Context, p int) {
 			delete(r.workers, p)
 		}
 		r.mu.Unlock()
-		if _, err := r.pool.Exec(ctx, r.sql.release, r.cfg.NodeID, []int32{int32(p)}); err != nil {
+		if _, err := r.pool.Exec(ctx, r.sql.release, r.cfg.ID, []int32{int32(p)}); err != nil {
 			r.log.Warn("releasing a lease failed; it expires on its own", "partition", p, "err", err)
 			return
 		}

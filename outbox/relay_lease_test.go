@@ -38,7 +38,7 @@ func TestRelayIsFencedWhenItsLeaseIsTaken(t *testing.T) {
 
 	np, _ := publisher(t, b.nats.URL)
 	gp := &gatedPublisher{Publisher: np, entered: make(chan struct{}), gate: make(chan struct{})}
-	b.startRelay(t, gp, outbox.RelayConfig{Partitions: 1, LeaseTTL: 3 * time.Second, PollInterval: 20 * time.Millisecond})
+	b.startRelay(t, gp, outbox.RelayConfig{Partitions: 1, Lease: 3 * time.Second, PollInterval: 20 * time.Millisecond})
 	select {
 	case <-gp.entered:
 	case <-time.After(20 * time.Second):

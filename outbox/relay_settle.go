@@ -56,9 +56,9 @@ func (r *Relay) settle(ctx context.Context, w *worker, b *batch) (nfailed int, e
 	defer cancel()
 	var moved, nreleased, nfailedRows, nparked, nfollow int64
 	if len(released) == 0 && len(seqs) == 0 && len(follow) == 0 {
-		err = r.pool.QueryRow(mctx, r.sql.advance, w.part, r.cfg.NodeID, w.token, cursor).Scan(&moved)
+		err = r.pool.QueryRow(mctx, r.sql.advance, w.part, r.cfg.ID, w.token, cursor).Scan(&moved)
 	} else {
-		err = r.pool.QueryRow(mctx, r.sql.settle, w.part, r.cfg.NodeID, w.token, cursor, released,
+		err = r.pool.QueryRow(mctx, r.sql.settle, w.part, r.cfg.ID, w.token, cursor, released,
 			seqs, errs, delays, r.cfg.MaxAttempts, follow).Scan(&moved, &nreleased, &nfailedRows, &nparked, &nfollow)
 	}
 	if err != nil {
@@ -81,11 +81,11 @@ func (r *Relay) settle(ctx context.Context, w *worker, b *batch) (nfailed int, e
 }
 
 // retryDelay is the wait before attempt n+1 of a failed message: exponential
-// from RetryInitial, capped at RetryMax, with ±20% jitter.
+// from MinBackoff, capped at MaxBackoff, with ±20% jitter.
 func (r *Relay) retryDelay(n int) time.Duration {
-	d := float64(r.cfg.RetryInitial) * math.Pow(2, float64(n))
-	if d > float64(r.cfg.RetryMax) {
-		d = float64(r.cfg.RetryMax)
+	d := float64(r.cfg.MinBackoff) * math.Pow(2, float64(n))
+	if d > float64(r.cfg.MaxBackoff) {
+		d = float64(r.cfg.MaxBackoff)
 	}
 	return time.Duration(d * (0.8 + 0.4*rand.Float64()))
 }

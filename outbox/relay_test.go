@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -112,7 +113,7 @@ func testFailingMessage(t *testing.T, wrap func(*natsjs.Publisher) broker.Publis
 
 	np, _ := publisher(t, b.nats.URL)
 	_, reg := b.startRelay(t, wrap(np), outbox.RelayConfig{
-		MaxAttempts: 3, RetryInitial: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		MaxAttempts: 3, MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		PublishTimeout: 2 * time.Second, PollInterval: 20 * time.Millisecond, StatsInterval: 20 * time.Millisecond,
 	})
 	waitCount(t, b.stream, 3, 20*time.Second)
@@ -157,7 +158,7 @@ func TestRelayBrokerOutageBacksOffAndLosesNothing(t *testing.T) {
 	b, srv := withRestartableBroker(t)
 
 	pub, _ := publisher(t, srv.url)
-	_, reg := b.startRelay(t, pub, outbox.RelayConfig{PublishTimeout: 500 * time.Millisecond, BrokerBackoffMax: 300 * time.Millisecond, MaxAttempts: 2})
+	_, reg := b.startRelay(t, pub, outbox.RelayConfig{PublishTimeout: 500 * time.Millisecond, MaxBrokerBackoff: 300 * time.Millisecond, MaxAttempts: 2})
 	var want []broker.Message
 	for i := range 20 {
 		want = append(want, b.msg("k", i))
@@ -354,7 +355,7 @@ func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	pub, _ := publisher(t, b.nats.URL)
-	r, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Logger: testLogger(), LeaseTTL: 2 * time.Second, PollInterval: 50 * time.Millisecond})
+	r, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Logger: testLogger(), Lease: 2 * time.Second, PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -376,4 +377,25 @@ func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
 	}
 	waitCount(t, b.stream, 4, 30*time.Second)
 	require.Eventually(t, func() bool { return listeners(t, b) == 1 }, 30*time.Second, 20*time.Millisecond, "LISTEN is re-established")
+}
+
+// Run refuses a second call while the first runs, and a relay whose Run
+// returned runs again, taking its partitions anew.
+func TestRelayRunsAgainAfterRunReturned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pub, _ := publisher(t, b.nats.URL)
+	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Lease: 2 * time.Second,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, err)
+	for round := range 2 {
+		enqueue(t, b.db, b.ob, b.msg("k", round))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		waitCount(t, b.stream, uint64(round+1), 20*time.Second)
+		require.ErrorIs(t, r.Run(ctx), oncekit.ErrAlreadyRunning)
+		cancel()
+		require.NoError(t, <-done)
+	}
 }

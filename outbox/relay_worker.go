@@ -73,7 +73,7 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 	}()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = r.cfg.BrokerBackoffMax
+	bo.MaxInterval = r.cfg.MaxBrokerBackoff
 	bo.MaxElapsedTime = 0
 	for {
 		select {
@@ -374,7 +374,7 @@ func (r *Relay) fetch(ctx context.Context, w *worker) (out []outboxRow, anyHeld 
 	if w.clean {
 		stmt = r.sql.fetchMain
 	}
-	rows, err := r.pool.Query(ctx, stmt, w.part, r.cfg.NodeID, w.token, r.cfg.BatchSize)
+	rows, err := r.pool.Query(ctx, stmt, w.part, r.cfg.ID, w.token, r.cfg.BatchSize)
 	if err != nil {
 		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 	}

@@ -35,7 +35,7 @@ func startDaemon(t testing.TB, b *bundle, env []string, args ...string) *daemon 
 	t.Helper()
 	d := &daemon{out: &testenv.SyncBuffer{}, listen: freeAddr(t), done: make(chan error, 1)}
 	all := append([]string{"dispatch", "--schema", b.db.Schema, "--listen", d.listen,
-		"--poll", "20ms", "--recover-interval", "100ms", "--min-backoff", "10ms", "--max-backoff", "50ms",
+		"--poll-interval", "20ms", "--recover-interval", "100ms", "--min-backoff", "10ms", "--max-backoff", "50ms",
 		"--lease", "3s", "--concurrency", "4"}, args...)
 	d.cmd = exec.Command(testenv.OncekitBinary(t), all...)
 	d.cmd.Env = append(os.Environ(), "DATABASE_URL="+b.db.URL, "ONCEKIT_CRASHPOINT=")

@@ -3,7 +3,6 @@ package sideeffect
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -23,12 +22,9 @@ import (
 	"github.com/oncekit/oncekit/tracecontext"
 )
 
-// ErrAlreadyRunning is returned by Run when the Dispatcher is already running.
-var ErrAlreadyRunning = errors.New("sideeffect: dispatcher already running")
-
 // DispatcherConfig configures a Dispatcher. The zero value works.
 type DispatcherConfig struct {
-	// Schema is the schema oncekit's tables live in. Defaults to "oncekit".
+	// Schema is the schema oncekit's tables live in. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// ID names this dispatcher as the owner of the leases it takes; it must
 	// be unique among running dispatchers. Defaults to host-pid-random.
@@ -73,16 +69,14 @@ type DispatcherConfig struct {
 	// redelivery or retry of the effects' sources: a deleted effect can be
 	// recorded again. Negative disables deletion. Defaults to 30 days.
 	Retention time.Duration
-	// RetentionInterval is how often retention runs. Defaults to 1m.
+	// RetentionInterval is the period of the retention loop. Defaults to
+	// oncekit.DefaultRetentionInterval.
 	RetentionInterval time.Duration
-	// RetentionBatch caps the rows one retention DELETE removes. Defaults to
-	// 1000.
+	// RetentionBatch is the most rows one retention DELETE removes.
+	// Defaults to oncekit.DefaultRetentionBatch.
 	RetentionBatch int
-	// RetentionRate is the most rows per second a retention pass deletes: it
-	// pauses between its statements to stay under it, so that a large
-	// backlog (retention stopped for a while, Retention shortened) does not
-	// take the database's CPU and I/O from the hot paths. Defaults to
-	// 60,000; negative: no limit.
+	// RetentionRate is the most rows a retention pass deletes per second
+	// (negative: no limit). Defaults to oncekit.DefaultRetentionRate.
 	RetentionRate int
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -267,7 +261,7 @@ func (d *Dispatcher) sizeClaims(k int) {
 // error only if it cannot start.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
+		return oncekit.ErrAlreadyRunning
 	}
 	defer d.running.Store(false)
 	d.log.Info("dispatcher started", "kinds", d.kinds, "concurrency", d.cfg.Concurrency, "lease", d.cfg.Lease)

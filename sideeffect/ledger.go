@@ -76,7 +76,7 @@ type Recorded struct {
 
 // Config configures a Ledger. The zero value works.
 type Config struct {
-	// Schema is the schema oncekit's tables live in. Defaults to "oncekit".
+	// Schema is the schema oncekit's tables live in. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// Propagator reads the trace context of Record's ctx, stored with the
 	// effect and handed to its provider call. Defaults to tracecontext.W3C.

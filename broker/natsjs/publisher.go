@@ -30,10 +30,9 @@ type Publisher struct {
 var _ broker.Publisher = (*Publisher)(nil)
 
 // ErrInvalidConfig is wrapped by the error NewPublisher, NewSource and
-// EnsureStream return for a nil connection or JetStream context (the error's
-// text names the argument), and by NewPublisher's for a negative
-// PublisherConfig.MaxPending. A SourceConfig or StreamConfig missing a required
-// field is ErrInvalidSource or ErrInvalidStream.
+// EnsureStream return for a bad argument or Config: a nil connection or
+// JetStream context, a missing required field, a negative value. The
+// error's text names the argument or the field.
 var ErrInvalidConfig = errors.New("natsjs: invalid config")
 
 // NewPublisher returns a Publisher over nc. It creates its own JetStream

@@ -84,10 +84,6 @@ var (
 	_ broker.Terminator = delivery{}
 )
 
-// ErrInvalidSource is returned (wrapped) for a SourceConfig missing a
-// required field or with a negative AckWait, MaxAckPending or Prefetch.
-var ErrInvalidSource = errors.New("natsjs: invalid source config")
-
 // NewSource creates or updates the durable consumer and returns a Source
 // reading it. Messages are fetched from the first Receive on.
 func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (*Source, error) {
@@ -95,7 +91,7 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 		return nil, fmt.Errorf("%w: NewSource: nil JetStream", ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	bad := cfgerr.For(ErrInvalidSource, "natsjs: SourceConfig")
+	bad := cfgerr.For(ErrInvalidConfig, "natsjs: SourceConfig")
 	switch {
 	case c.Stream == "":
 		return nil, bad("Stream", "required")

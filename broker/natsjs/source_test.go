@@ -61,15 +61,15 @@ func TestNewSourceValidates(t *testing.T) {
 	t.Parallel()
 	n := testenv.NewNATS(t)
 	_, err := natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Durable: "d"})
-	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	require.ErrorIs(t, err, natsjs.ErrInvalidConfig)
 	require.EqualError(t, err, "natsjs: SourceConfig.Stream: required")
 	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s"})
-	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	require.ErrorIs(t, err, natsjs.ErrInvalidConfig)
 	require.EqualError(t, err, "natsjs: SourceConfig.Durable: required")
 	// A negative value is refused, not taken for the default (nor, for
 	// MaxAckPending, for JetStream's "unlimited").
 	_, err = natsjs.NewSource(context.Background(), n.JS, &natsjs.SourceConfig{Stream: "s", Durable: "d", MaxAckPending: -1})
-	require.ErrorIs(t, err, natsjs.ErrInvalidSource)
+	require.ErrorIs(t, err, natsjs.ErrInvalidConfig)
 	require.EqualError(t, err, "natsjs: SourceConfig.MaxAckPending: -1 is negative")
 }
 

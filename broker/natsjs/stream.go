@@ -3,7 +3,6 @@ package natsjs
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,16 +34,12 @@ type StreamConfig struct {
 	MaxAge time.Duration
 }
 
-// ErrInvalidStream is returned (wrapped) for a StreamConfig missing a
-// required field or with a negative Duplicates, Replicas or MaxAge.
-var ErrInvalidStream = errors.New("natsjs: invalid stream config")
-
 // EnsureStream creates the stream, or updates it to cfg if it exists.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
 	if js == nil {
 		return nil, fmt.Errorf("%w: EnsureStream: nil JetStream", ErrInvalidConfig)
 	}
-	bad := cfgerr.For(ErrInvalidStream, "natsjs: StreamConfig")
+	bad := cfgerr.For(ErrInvalidConfig, "natsjs: StreamConfig")
 	switch {
 	case cfg.Name == "":
 		return nil, bad("Name", "required")

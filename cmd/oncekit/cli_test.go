@@ -137,7 +137,7 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{[]string{"drift", "--check-timeout", "-1s"}, "--check-timeout"},
 		{[]string{"migrate", "up", "--schema", ""}, "--schema"},
 		{[]string{"outbox", "list", "--limit", "-3"}, "--limit"},
-		{[]string{"relay", "--lease-ttl", "-1s"}, "--lease-ttl"},
+		{[]string{"relay", "--lease", "-1s"}, "--lease"},
 		{[]string{"dispatch", "--endpoint", "k=https://x", "--secret", "nope!"}, "Config.Secret"},
 		// An unknown subcommand is named before anything else is checked.
 		{[]string{"migrate", "bogus", "x"}, `unknown subcommand "bogus": want up, status or sql`},
@@ -281,7 +281,7 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"relay", "--batch", "-1"}, "oncekit relay: --batch: -1 is negative"},
-		{[]string{"relay", "--lease-ttl", "1ms"}, "oncekit relay: --lease-ttl: 1ms is below 300ms"},
+		{[]string{"relay", "--lease", "1ms"}, "oncekit relay: --lease: 1ms is below 300ms"},
 		{[]string{"dispatch", "--endpoint", "k=http://127.0.0.1:1", "--unsigned", "--concurrency", "-1"}, "oncekit dispatch: --concurrency: -1 is negative"},
 	} {
 		code, _, stderr := cli(t, vars, tc.args...)

@@ -79,7 +79,7 @@ func (e endpointFlags) Set(v string) error {
 
 // dispatcherFlags names the flags of the DispatcherConfig fields.
 var dispatcherFlags = configFlags{"Concurrency": "--concurrency", "BatchSize": "--batch", "MaxAttempts": "--max-attempts",
-	"PollInterval": "--poll", "Lease": "--lease", "RecoverInterval": "--recover-interval", "MinBackoff": "--min-backoff",
+	"PollInterval": "--poll-interval", "Lease": "--lease", "RecoverInterval": "--recover-interval", "MinBackoff": "--min-backoff",
 	"MaxBackoff": "--max-backoff", "CallTimeout": "call_timeout", "Retention": "--retention", "ID": "--id", "Schema": "--schema"}
 
 func runDispatch(ctx context.Context, e *env, args []string) error {
@@ -97,7 +97,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	keysIgnored := fs.Bool("keys-ignored", false, "the --endpoint receivers do not dedup on the key: never repeat a call of unknown outcome")
 	concurrency := fs.Int("concurrency", 32, "provider calls at once")
 	batch := fs.Int("batch", 200, "rows claimed per statement")
-	poll := fs.Duration("poll", 200*time.Millisecond, "wait before looking again after finding nothing due")
+	poll := fs.Duration("poll-interval", 200*time.Millisecond, "wait before looking again after finding nothing due")
 	lease := fs.Duration("lease", 0, "lease of a fired row (default 2×call timeout + 10s)")
 	recoverEvery := fs.Duration("recover-interval", 5*time.Second, "how often expired leases are looked for")
 	minBackoff := fs.Duration("min-backoff", time.Second, "first retry delay after an indefinite error")
@@ -115,7 +115,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if err := nonNegative(fs, "timeout", "poll", "lease", "recover-interval", "min-backoff", "max-backoff"); err != nil {
+	if err := nonNegative(fs, "timeout", "poll-interval", "lease", "recover-interval", "min-backoff", "max-backoff"); err != nil {
 		return err
 	}
 	secret := secretFlag.resolve(e, "ONCEKIT_WEBHOOK_SECRET", "")
@@ -159,7 +159,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		Concurrency:  pick(set["concurrency"], *concurrency, file.Concurrency),
 		BatchSize:    pick(set["batch"], *batch, file.BatchSize),
 		MaxAttempts:  pick(set["max-attempts"], *maxAttempts, file.MaxAttempts),
-		PollInterval: pickD(set["poll"], *poll, file.PollInterval), RecoverInterval: pickD(set["recover-interval"], *recoverEvery, file.Recover),
+		PollInterval: pickD(set["poll-interval"], *poll, file.PollInterval), RecoverInterval: pickD(set["recover-interval"], *recoverEvery, file.Recover),
 		MinBackoff: pickD(set["min-backoff"], *minBackoff, file.MinBackoff), MaxBackoff: pickD(set["max-backoff"], *maxBackoff, file.MaxBackoff),
 		Retention: pickD(set["retention"], *keepFor, file.Retention), Lease: pickD(set["lease"], *lease, file.Lease),
 		RetentionRate: pick(set["retention-rate"], *retentionRate, file.RetentionRate),

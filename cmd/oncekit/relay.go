@@ -22,9 +22,9 @@ import (
 )
 
 // relayFlags names the flags of the RelayConfig fields.
-var relayFlags = configFlags{"Partitions": "--partitions", "BatchSize": "--batch", "LeaseTTL": "--lease-ttl",
+var relayFlags = configFlags{"Partitions": "--partitions", "BatchSize": "--batch", "Lease": "--lease",
 	"PollInterval": "--poll-interval", "BusyPollInterval": "--busy-poll-interval", "PublishTimeout": "--publish-timeout",
-	"MaxAttempts": "--max-attempts", "Retention": "--retention", "NodeID": "--node-id", "Schema": "--schema"}
+	"MaxAttempts": "--max-attempts", "Retention": "--retention", "ID": "--id", "Schema": "--schema"}
 
 func runRelay(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "relay", "relay [flags]")
@@ -45,9 +45,9 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	)
 	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
 	fs.Var(&partitionsFlag, "partitions", fmt.Sprintf("`N`, the number of partitions; must equal the writers' outbox.Config.Partitions (default: env ONCEKIT_PARTITIONS, else %d)", outbox.DefaultPartitions))
-	fs.StringVar(&cfg.NodeID, "node-id", "", "name of this relay in the lease tables (default hostname-pid-random)")
+	fs.StringVar(&cfg.ID, "id", "", "name of this relay in the lease tables (default hostname-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", 1000, "most rows read and published at once per partition")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 10*time.Second, "partition lease duration (renewed every third of it)")
+	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "partition lease duration (renewed every third of it)")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "longest wait between two looks at the outbox")
 	fs.DurationVar(&cfg.BusyPollInterval, "busy-poll-interval", time.Millisecond, "wait between looks while events keep arriving")
 	fs.BoolVar(&cfg.PollOnly, "poll-only", false, "do not LISTEN (PgBouncer transaction pooling)")
@@ -78,7 +78,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	}
 	listen := listenFlag.resolve(e, "ONCEKIT_LISTEN", "")
 
-	if err := nonNegative(fs, "lease-ttl", "poll-interval", "busy-poll-interval", "publish-timeout"); err != nil {
+	if err := nonNegative(fs, "lease", "poll-interval", "busy-poll-interval", "publish-timeout"); err != nil {
 		return err
 	}
 	// Enough connections for every partition's worker plus the loops.

@@ -65,7 +65,7 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	})
 	return inbox.NewConsumer(pool, src, h, &inbox.Config{
 		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
-		Backoff: inbox.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		Test: inbox.TestConfig{
 			DisableClaim:     apart != nil,                     // the broken build claims on its own
 			DisableOrderGate: cfg.Broken == brokenGateBypassed, // order within one process only

@@ -37,11 +37,11 @@ func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, c
 	}
 	return outbox.NewRelay(pool, pub, &outbox.RelayConfig{
 		Schema:         cfg.Schema,
-		LeaseTTL:       cfg.Lease,
+		Lease:          cfg.Lease,
 		PollInterval:   100 * time.Millisecond,
 		PublishTimeout: 5 * time.Second,
-		RetryInitial:   200 * time.Millisecond,
-		RetryMax:       2 * time.Second,
+		MinBackoff:     200 * time.Millisecond,
+		MaxBackoff:     2 * time.Second,
 		Logger:         log,
 	})
 }

@@ -44,7 +44,7 @@ func insertEffect(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 }
 
 func relayConfig(schema string) *outbox.RelayConfig {
-	return &outbox.RelayConfig{Schema: schema, LeaseTTL: 2 * time.Second, PollInterval: 100 * time.Millisecond,
+	return &outbox.RelayConfig{Schema: schema, Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond,
 		PublishTimeout: 5 * time.Second, Logger: quiet}
 }
 

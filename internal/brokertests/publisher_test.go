@@ -26,7 +26,7 @@ func TestPublisherConnectedAndContext(t *testing.T) {
 	require.NoError(t, err)
 	var up atomic.Bool
 	up.Store(true)
-	pub, err := asbroker.NewPublisher(wp, &asbroker.PublisherConfig{Parallel: 1, Connected: up.Load})
+	pub, err := asbroker.NewPublisher(wp, &asbroker.PublisherConfig{Concurrency: 1, Connected: up.Load})
 	require.NoError(t, err)
 	require.True(t, pub.Connected())
 	up.Store(false)

@@ -12,7 +12,7 @@
 // retention.Defaults's), then checks what is particular to it (ranges,
 // minimums, one field against another). The same failure is worded the same
 // everywhere: "-1 is negative" for a negative field, "1ms is below 300ms"
-// for a value under its minimum, "1s is below RetryInitial (1m0s)" for one
+// for a value under its minimum, "1s is below MinBackoff (1m0s)" for one
 // field under another, "required" for a missing one.
 package cfgerr
 

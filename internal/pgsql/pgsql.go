@@ -17,8 +17,8 @@ import (
 	"github.com/oncekit/oncekit"
 )
 
-// DefaultSchema is the schema oncekit's tables live in unless configured.
-const DefaultSchema = "oncekit"
+// DefaultSchema is oncekit.DefaultSchema.
+const DefaultSchema = oncekit.DefaultSchema
 
 // ErrInvalidSchema is returned for a schema name that is not a plain
 // lower-case SQL identifier.

@@ -11,21 +11,14 @@ import (
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
-// DefaultRate is the RetentionRate of every retention loop unless
-// configured: the most rows per second one pass deletes.
-const DefaultRate = 60_000
-
-// Defaults of the other retention loop settings, which the Configs of the
-// components that keep rows (outbox.RelayConfig, inbox.Config,
-// sideeffect.DispatcherConfig, idempotency.Config) share.
+// The retention defaults, oncekit's (stated there once).
 const (
-	// DefaultRetentionInterval is RetentionInterval unless set.
-	DefaultRetentionInterval = time.Minute
-	// DefaultBatch is RetentionBatch unless set.
-	DefaultBatch = 1000
+	DefaultRate              = oncekit.DefaultRetentionRate
+	DefaultRetentionInterval = oncekit.DefaultRetentionInterval
+	DefaultBatch             = oncekit.DefaultRetentionBatch
 )
 
-// DefaultRetention sets a Config's retention loop settings, given as
+// Defaults sets a Config's retention loop settings, given as
 // pointers to its RetentionInterval, RetentionBatch and RetentionRate
 // fields, to their defaults where they are zero: DefaultRetentionInterval,
 // DefaultBatch and DefaultRate.
@@ -35,7 +28,7 @@ func Defaults(interval *time.Duration, batch, rate *int) {
 	*rate = cmp.Or(*rate, DefaultRate)
 }
 
-// RetentionSpacing is the least time between two statements of a retention
+// Spacing is the least time between two statements of a retention
 // pass that deletes batch rows per statement and at most rate rows per
 // second: 0 (no pause) when rate is negative.
 func Spacing(rate, batch int) time.Duration {

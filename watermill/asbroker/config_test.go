@@ -32,6 +32,6 @@ func TestConfigValidation(t *testing.T) {
 		_, err := asbroker.NewSource(ctx, ps, &tc.cfg)
 		cfgerrtest.RequireField(t, err, asbroker.ErrInvalidConfig, tc.field, tc.detail)
 	}
-	_, err := asbroker.NewPublisher(ps, &asbroker.PublisherConfig{Parallel: -1})
-	cfgerrtest.RequireField(t, err, asbroker.ErrInvalidConfig, "asbroker: PublisherConfig.Parallel", "-1 is negative")
+	_, err := asbroker.NewPublisher(ps, &asbroker.PublisherConfig{Concurrency: -1})
+	cfgerrtest.RequireField(t, err, asbroker.ErrInvalidConfig, "asbroker: PublisherConfig.Concurrency", "-1 is negative")
 }

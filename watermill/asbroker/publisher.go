@@ -20,9 +20,9 @@ type PublisherConfig struct {
 	// queue, depending on the watermill adapter's configuration). Defaults
 	// to the message's Subject.
 	Topic func(broker.Message) string
-	// Parallel bounds the messages of one Publish call in flight at once.
+	// Concurrency bounds the messages of one Publish call in flight at once.
 	// Defaults to 16.
-	Parallel int
+	Concurrency int
 	// Connected reports whether the broker is reachable; the relay asks it
 	// after failures, to tell an outage (nothing counted against the
 	// messages) from messages the broker refuses. Defaults to always true:
@@ -65,10 +65,10 @@ func NewPublisher(pub message.Publisher, cfg *PublisherConfig) (*Publisher, erro
 		return nil, fmt.Errorf("%w: publisher is required", ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	if err := cfgerr.For(ErrInvalidConfig, "asbroker: PublisherConfig").IfNegative(c, "Parallel"); err != nil {
+	if err := cfgerr.For(ErrInvalidConfig, "asbroker: PublisherConfig").IfNegative(c, "Concurrency"); err != nil {
 		return nil, err
 	}
-	c.Parallel = cmp.Or(c.Parallel, 16)
+	c.Concurrency = cmp.Or(c.Concurrency, 16)
 	if c.Topic == nil {
 		c.Topic = func(m broker.Message) string { return m.Subject }
 	}
@@ -103,7 +103,7 @@ func Message(ctx context.Context, m broker.Message) *message.Message {
 func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) []broker.Result {
 	results := make([]broker.Result, len(msgs))
 	done := make([]chan error, len(msgs))
-	sem := make(chan struct{}, p.cfg.Parallel)
+	sem := make(chan struct{}, p.cfg.Concurrency)
 	for i := range msgs {
 		results[i].ID = msgs[i].ID
 		done[i] = make(chan error, 1)

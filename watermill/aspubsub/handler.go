@@ -33,7 +33,7 @@ type NoPublishHandlerFunc func(ctx context.Context, tx pgx.Tx, msg *message.Mess
 type Config struct {
 	// Name identifies the consumer in processed_messages. Required.
 	Name string
-	// Schema of oncekit's tables. Defaults to "oncekit".
+	// Schema of oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
 	// MessageID returns a message's dedup identity. Defaults to
 	// DefaultMessageID.

@@ -44,7 +44,7 @@ func TestWatermillUniversalSuite(t *testing.T) {
 	jsPub, err := natsjs.NewPublisher(n.Conn, nil)
 	require.NoError(t, err)
 	relay, err := outbox.NewRelay(pool, jsPub, &outbox.RelayConfig{Schema: db.Schema, PollInterval: 50 * time.Millisecond,
-		RetryInitial: 50 * time.Millisecond, RetryMax: time.Second, Logger: quiet})
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: quiet})
 	require.NoError(t, err)
 	rctx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)

@@ -1,6 +1,7 @@
 package aspubsub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,11 +31,12 @@ type SubscriberConfig struct {
 	Group string
 	// Source opens the broker source of a topic. Required.
 	Source OpenSource
-	// Schema of oncekit's tables. Defaults to "oncekit".
+	// Schema of oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
-	// Backoff is the wait before a nacked message is handed out again.
-	// Defaults to inbox.ExponentialBackoff(10ms, 5s).
-	Backoff func(attempt int) time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a nacked message is
+	// handed out again, doubling from the first to the second. Default to
+	// 10ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
 	// MaxAttempts is the delivery after whose nack a message goes to
 	// dead_letters instead. Defaults to 25.
 	MaxAttempts int
@@ -47,7 +49,7 @@ type SubscriberConfig struct {
 // "<group>/<topic>", in ordered mode with one message at a time: a message
 // is handed to watermill inside the transaction that claims it, and the
 // claim commits when watermill acks it (then the broker is acked). A nack
-// rolls the claim back and the message is handed out again after Backoff,
+// rolls the claim back and the message is handed out again after the backoff,
 // before the topic's next message. A message whose claim already committed
 // (a redelivery, a copy the relay published twice) is acked without
 // reaching watermill again.
@@ -87,9 +89,8 @@ func NewSubscriber(db oncekit.DB, cfg *SubscriberConfig) (*Subscriber, error) {
 	if c.Group == "" {
 		c.Group = "default"
 	}
-	if c.Backoff == nil {
-		c.Backoff = inbox.ExponentialBackoff(10*time.Millisecond, 5*time.Second)
-	}
+	c.MinBackoff = cmp.Or(c.MinBackoff, 10*time.Millisecond)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(5*time.Second, c.MinBackoff))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -113,7 +114,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	h := &handOver{out: out, done: sctx.Done(), ctx: sctx}
 	c, err := inbox.NewConsumer(s.db, src, h, &inbox.Config{
 		Name: s.cfg.Group + "/" + topic, Schema: s.cfg.Schema, Ordered: true, Concurrency: 1, BatchSize: 1,
-		Backoff: s.cfg.Backoff, MaxAttempts: s.cfg.MaxAttempts, Logger: s.log,
+		MinBackoff: s.cfg.MinBackoff, MaxBackoff: s.cfg.MaxBackoff, MaxAttempts: s.cfg.MaxAttempts, Logger: s.log,
 	})
 	if err != nil {
 		cancel()
