@@ -94,9 +94,12 @@ func TestPrometheusScrapesTheDaemons(t *testing.T) {
 		return err
 	}))
 
+	// Four partitions, stated in the database as the migrations do.
+	_, err = db.Pool.Exec(ctx, `DELETE FROM relay_partitions WHERE partition >= 4`)
+	require.NoError(t, err)
 	relayAddr, dispatchAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	name := testenv.Name(t)
-	start(t, "relay", env, bin, "relay", "--listen", relayAddr, "--partitions", "4",
+	start(t, "relay", env, bin, "relay", "--listen", relayAddr,
 		"--stream", name, "--subjects", name+".>")
 	start(t, "dispatch", env, bin, "dispatch", "--listen", dispatchAddr, "--poll-interval", "50ms",
 		"--endpoint", "receipt="+receiver.URL+"/hook", "--unsigned")

@@ -21,8 +21,6 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"Schema", Config{Schema: "Bad-Name"}, ""},
 		{"MaxPayload", Config{MaxPayload: -1}, "-1 is negative"},
-		{"Partitions", Config{Partitions: -1}, "-1 not in 1..4096"},
-		{"Partitions", Config{Partitions: maxPartitions + 1}, "4097 not in 1..4096"},
 	} {
 		c := tc.cfg.withDefaults()
 		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "outbox: Config."+tc.field, tc.detail)
@@ -44,8 +42,6 @@ func TestRelayConfigValidate(t *testing.T) {
 		detail string // what follows the field in the error, when pinned
 	}{
 		{"Schema", RelayConfig{Schema: "Bad-Name"}, ""},
-		{"Partitions", RelayConfig{Partitions: -1}, "-1 not in 1..4096"},
-		{"Partitions", RelayConfig{Partitions: maxPartitions + 1}, "4097 not in 1..4096"},
 		{"BatchSize", RelayConfig{BatchSize: -1}, "-1 is negative"},
 		{"Lease", RelayConfig{Lease: time.Millisecond}, "1ms is below 300ms"},
 		{"PollInterval", RelayConfig{PollInterval: -1}, "-1ns is negative"},

@@ -51,18 +51,6 @@ func ExampleOutbox_Enqueue() {
 	}
 }
 
-// Messages with the same ordering key share a partition, so they keep their order.
-func ExampleOutbox_Partition() {
-	ob, err := outbox.New(&outbox.Config{Partitions: 16})
-	if err != nil {
-		panic(err)
-	}
-	a := ob.Partition(broker.Message{Key: "order-1"})
-	b := ob.Partition(broker.Message{Key: "order-1"})
-	fmt.Println(a == b, a)
-	// Output: true 13
-}
-
 // Run the relay in-process (the `oncekit relay` daemon does the same).
 func ExampleNewRelay() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -23,7 +23,8 @@ func TestOldestUnpublishedAgeResetsWhenDrained(t *testing.T) {
 		VALUES ($1, 0, $2, '', now() - interval '1 hour')`, uuid.New(), subject)
 	require.NoError(t, err)
 	pub, _ := publisher(t, b.nats.URL)
-	_, reg := b.startRelay(t, pub, outbox.RelayConfig{Partitions: 1, StatsInterval: time.Hour,
+	setPartitions(t, b.db, 1)
+	_, reg := b.startRelay(t, pub, outbox.RelayConfig{StatsInterval: time.Hour,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, MaxAttempts: 1000, PublishTimeout: time.Second})
 	require.Eventually(t, func() bool {
 		return metricValue(t, reg, "oncekit_outbox_oldest_unpublished_age_seconds") > 3000
@@ -43,7 +44,8 @@ func TestPartitionsOwnedFollowsTheLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pub, _ := publisher(t, b.nats.URL)
-	_, reg := b.startRelay(t, pub, outbox.RelayConfig{Partitions: 8, Lease: 30 * time.Second, ID: "n1"})
+	setPartitions(t, b.db, 8)
+	_, reg := b.startRelay(t, pub, outbox.RelayConfig{Lease: 30 * time.Second, ID: "n1"})
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, b.db.Pool.QueryRow(context.Background(),

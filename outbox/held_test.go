@@ -99,7 +99,8 @@ func TestUpgradeFrom004KeepsPendingRowsPending(t *testing.T) {
 	}
 	// What a relay of release 004 left: published messages moved to
 	// outbox_published, pending ones, a parked one and the next of its key,
-	// and leases.
+	// and leases (a relay of 004 created the partitions' rows).
+	exec(`INSERT INTO relay_partitions (partition) SELECT generate_series(0, 15)`)
 	published := []broker.Message{b.msg("k1", 0), b.msg("", 0), b.msg("k2", 0)}
 	enqueue(t, b.db, b.ob, published...)
 	ids := []any{published[0].ID, published[1].ID, published[2].ID}
@@ -112,7 +113,8 @@ func TestUpgradeFrom004KeepsPendingRowsPending(t *testing.T) {
 	enqueue(t, b.db, b.ob, parked, k3next)
 	exec(`UPDATE outbox SET attempts = 10, next_attempt_at = now(), parked_at = now(), last_error = 'no stream' WHERE id = $1`, parked.ID)
 	exec(`INSERT INTO relay_partitions (partition, owner, token, expires_at)
-		SELECT generate_series(0, 15), 'old', 7, now() - interval '1 minute'`)
+		SELECT generate_series(0, 15), 'old', 7, now() - interval '1 minute'
+		ON CONFLICT (partition) DO UPDATE SET owner = excluded.owner, token = excluded.token, expires_at = excluded.expires_at`)
 
 	applied, err := migrations.Up(ctx, b.db.Pool, migrations.WithSchema(b.db.Schema))
 	require.NoError(t, err)

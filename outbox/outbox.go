@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -25,8 +26,9 @@ const (
 	// DefaultMaxPayload is the payload limit unless Config.MaxPayload is set:
 	// NATS's default max_payload.
 	DefaultMaxPayload = 1 << 20
-	// DefaultPartitions is the number of partitions unless configured. The
-	// relay must use the same number.
+	// DefaultPartitions is the number of partitions the migrations give a
+	// new schema. The count is the rows of relay_partitions, which writers
+	// and relays read: it is stated once, in the database.
 	DefaultPartitions = 16
 )
 
@@ -37,10 +39,6 @@ type Config struct {
 	// MaxPayload is the largest payload accepted, in bytes. Defaults to
 	// DefaultMaxPayload.
 	MaxPayload int
-	// Partitions is the number of partitions rows are spread over by ordering
-	// key. It must equal the relay's RelayConfig.Partitions. Defaults to
-	// DefaultPartitions.
-	Partitions int
 	// Notify makes Enqueue send a NOTIFY (one per transaction) so that a
 	// listening relay wakes at once. It costs throughput on the writer side:
 	// PostgreSQL serialises the commits of all notifying transactions of the
@@ -56,7 +54,7 @@ type Config struct {
 // Outbox writes messages into the outbox table inside the caller's
 // transaction. It is safe for concurrent use.
 type Outbox struct {
-	partitions int
+	partitions atomic.Int32 // read from the database by the first Enqueue
 	maxPayload int
 	notify     bool
 	prop       tracecontext.Propagator
@@ -86,7 +84,6 @@ func New(cfg *Config) (*Outbox, error) {
 	}
 	schema := c.Schema
 	return &Outbox{
-		partitions: c.Partitions,
 		maxPayload: c.MaxPayload,
 		notify:     c.Notify,
 		prop:       tracecontext.Or(c.Propagator),
@@ -100,7 +97,6 @@ func (c *Config) withDefaults() Config {
 	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.MaxPayload = cmp.Or(out.MaxPayload, DefaultMaxPayload)
-	out.Partitions = cmp.Or(out.Partitions, DefaultPartitions)
 	return out
 }
 
@@ -111,16 +107,8 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	if err := bad.IfNegative(c, "MaxPayload"); err != nil {
-		return err
-	}
-	if c.Partitions < 0 || c.Partitions > maxPartitions {
-		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)
-	}
-	return nil
+	return bad.IfNegative(c, "MaxPayload")
 }
-
-const maxPartitions = 4096
 
 // Enqueue writes msgs into the outbox within tx, in order: messages with the
 // same Key are published in the order of their transactions' commits and,
@@ -147,6 +135,10 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 	subjects := make([]string, len(msgs))
 	payloads := make([][]byte, len(msgs))
 	headers := make([]*string, len(msgs))
+	n, err := o.partitionCount(ctx, tx)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
 	tc := o.prop.Inject(ctx)
 	for i, m := range msgs {
 		if err := validate(i, m, o.maxPayload); err != nil {
@@ -156,7 +148,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 			m.Headers = withTrace(m.Headers, tc)
 		}
 		ids[i], rawIDs[i], keys[i], subjects[i] = m.ID, m.ID, m.Key, m.Subject
-		parts[i] = int32(o.Partition(m))
+		parts[i] = int32(partitionOf(m, n))
 		payloads[i] = m.Payload
 		if payloads[i] == nil {
 			payloads[i] = []byte{}
@@ -226,10 +218,21 @@ func withTrace(h map[string]string, tc tracecontext.Carrier) map[string]string {
 	return out
 }
 
-// Partition returns the partition m is stored in: a stable hash (FNV-1a) of
-// its ordering key, or of its ID when the key is empty, modulo Partitions.
-func (o *Outbox) Partition(m broker.Message) int {
-	return partitionOf(m, o.partitions)
+// partitionCount returns the number of partitions, read from the
+// database once (relay_partitions, which the migrations fill).
+func (o *Outbox) partitionCount(ctx context.Context, tx pgx.Tx) (int, error) {
+	if n := o.partitions.Load(); n > 0 {
+		return int(n), nil
+	}
+	var n int32
+	if err := tx.QueryRow(ctx, o.sql.partitions).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: read the partition count: %w", err)
+	}
+	if n < 1 {
+		return 0, errors.New("outbox: relay_partitions is empty: run the migrations")
+	}
+	o.partitions.Store(n)
+	return int(n), nil
 }
 
 // partitionOf returns m's partition among n: a stable hash (FNV-1a, 64 bit)

@@ -149,7 +149,7 @@ func TestRelayProcessKilledAfterPublishBeforeMark(t *testing.T) {
 	enqueue(t, b.db, b.ob, want...)
 
 	// The relay publishes its first batch, then dies before marking it.
-	p := startRelayProc(t, b, url, []string{crashpoint.EnvVar + "=relay.after-publish"}, "--partitions", "16")
+	p := startRelayProc(t, b, url, []string{crashpoint.EnvVar + "=relay.after-publish"})
 	p.wait(t, 60*time.Second)
 	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	require.True(t, ok)

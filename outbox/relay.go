@@ -24,9 +24,6 @@ import (
 type RelayConfig struct {
 	// Schema holds oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
-	// Partitions must equal the writers' Config.Partitions. Defaults to
-	// DefaultPartitions.
-	Partitions int
 	// ID names this relay process in the lease tables. Defaults to
 	// hostname-pid-random.
 	ID string
@@ -98,6 +95,8 @@ type Relay struct {
 	probeCh chan struct{}
 	running atomic.Bool
 
+	partitions atomic.Int32 // read from the database once (partitionCount)
+
 	mu      sync.Mutex
 	workers map[int]*worker
 	bg      sync.WaitGroup // partition releases in progress
@@ -109,7 +108,7 @@ type Relay struct {
 }
 
 // NewRelay returns a relay reading pool's outbox and publishing with pub.
-// pool is normally a *pgxpool.Pool allowing about Partitions + 4
+// pool is normally a *pgxpool.Pool allowing about the partition count + 4
 // connections.
 func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay, error) {
 	if pool == nil {
@@ -147,7 +146,6 @@ func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay
 func (c *RelayConfig) withDefaults() RelayConfig {
 	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
-	out.Partitions = cmp.Or(out.Partitions, DefaultPartitions)
 	if out.ID == "" {
 		out.ID = nodeid.New()
 	}
@@ -174,9 +172,6 @@ func (c *RelayConfig) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
-	if c.Partitions < 1 || c.Partitions > maxPartitions {
-		return bad("Partitions", "%d not in 1..%d", c.Partitions, maxPartitions)
-	}
 	if err := bad.IfNegative(c, "BatchSize", "PollInterval", "BusyPollInterval",
 		"PublishTimeout", "MaxAttempts", "MinBackoff", "MaxBrokerBackoff", "StatsInterval",
 		"RetentionInterval", "RetentionBatch"); err != nil {
@@ -193,10 +188,6 @@ func (c *RelayConfig) validate() error {
 	return nil
 }
 
-// ErrPartitionMismatch is returned by Run when the database holds partitions
-// beyond RelayConfig.Partitions: writers and relays disagree on the count.
-var ErrPartitionMismatch = errors.New("outbox: partition count mismatch")
-
 // Run publishes until ctx ends, then finishes the batches in flight, releases
 // its leases and returns nil. It returns an error only when it cannot start
 // (PostgreSQL unreachable, a partition mismatch); once running it retries
@@ -210,7 +201,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
-	r.log.Info("relay started", "partitions", r.cfg.Partitions, "batch", r.cfg.BatchSize, "poll_only", r.cfg.PollOnly)
+	r.log.Info("relay started", "partitions", r.partitions.Load(), "batch", r.cfg.BatchSize, "poll_only", r.cfg.PollOnly)
 	var wg sync.WaitGroup
 	loops := []func(context.Context){r.probeLoop, r.pruneLoop, r.statsLoop}
 	if !r.cfg.PollOnly {
@@ -227,19 +218,27 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// setup creates the partitions' lease rows and checks the partition count.
+// setup reads the partition count, which the migrations stated once.
 func (r *Relay) setup(ctx context.Context) error {
-	if _, err := r.pool.Exec(ctx, r.sql.ensurePartitions, r.cfg.Partitions); err != nil {
-		return fmt.Errorf("outbox: relay setup: %w", err)
+	_, err := r.partitionCount(ctx)
+	return err
+}
+
+// partitionCount returns the number of partitions, read from the database
+// once (relay_partitions, which the migrations fill).
+func (r *Relay) partitionCount(ctx context.Context) (int, error) {
+	if n := r.partitions.Load(); n > 0 {
+		return int(n), nil
 	}
-	var beyond bool
-	if err := r.pool.QueryRow(ctx, r.sql.partitionsBeyond, r.cfg.Partitions).Scan(&beyond); err != nil {
-		return fmt.Errorf("outbox: relay setup: %w", err)
+	var n int32
+	if err := r.pool.QueryRow(ctx, r.sql.partitions).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: read the partition count: %w", err)
 	}
-	if beyond {
-		return fmt.Errorf("%w: the outbox has partitions >= RelayConfig.Partitions (%d); use the writers' Config.Partitions", ErrPartitionMismatch, r.cfg.Partitions)
+	if n < 1 {
+		return 0, errors.New("outbox: relay_partitions is empty: run the migrations")
 	}
-	return nil
+	r.partitions.Store(n)
+	return int(n), nil
 }
 
 // shutdown stops every worker after its batch, releases the leases and

@@ -263,3 +263,14 @@ func publishedRows(t *testing.T, db *testenv.DB) int {
 		WHERE (o.txid, o.seq) <= (p.cursor_txid, p.cursor_seq) AND o.parked_at IS NULL AND o.next_attempt_at IS NULL`).Scan(&n))
 	return n
 }
+
+// setPartitions makes the schema's partition count n (the migrations make
+// it 16): before any Enqueue or relay reads it.
+func setPartitions(t *testing.T, db *testenv.DB, n int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DELETE FROM relay_partitions WHERE partition >= $1`, n)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`, n)
+	require.NoError(t, err)
+}

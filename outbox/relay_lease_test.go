@@ -32,13 +32,14 @@ func TestRelayIsFencedWhenItsLeaseIsTaken(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.ob = newOutbox(t, b.db, outbox.Config{Partitions: 1})
+	setPartitions(t, b.db, 1)
+	b.ob = newOutbox(t, b.db, outbox.Config{})
 	first := []broker.Message{b.msg("k", 1), b.msg("k", 2)}
 	enqueue(t, b.db, b.ob, first...)
 
 	np, _ := publisher(t, b.nats.URL)
 	gp := &gatedPublisher{Publisher: np, entered: make(chan struct{}), gate: make(chan struct{})}
-	b.startRelay(t, gp, outbox.RelayConfig{Partitions: 1, Lease: 3 * time.Second, PollInterval: 20 * time.Millisecond})
+	b.startRelay(t, gp, outbox.RelayConfig{Lease: 3 * time.Second, PollInterval: 20 * time.Millisecond})
 	select {
 	case <-gp.entered:
 	case <-time.After(20 * time.Second):

@@ -48,7 +48,11 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 		txid      string
 		seq       int64
 	}
-	left := make([]front, r.cfg.Partitions)
+	n, err := r.partitionCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	left := make([]front, n)
 	for p := range left {
 		left[p] = front{partition: p, txid: "0"}
 	}

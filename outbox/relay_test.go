@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -200,7 +201,8 @@ func TestRetentionDeletesOnlyPublishedRowsInBatches(t *testing.T) {
 	ins(`INSERT INTO outbox (id, partition, subject, payload, created_at)
 		SELECT gen_random_uuid(), 0, 's', '', now() - CASE WHEN g <= 25 THEN interval '2 hours' ELSE interval '1 minute' END
 		FROM generate_series(1, 30) g ORDER BY g`)
-	ins(`INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+	ins(`DELETE FROM relay_partitions; -- the test states the partitions
+INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 		SELECT 0, txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1`)
 	ins(`INSERT INTO outbox (id, partition, subject, payload, created_at) VALUES (gen_random_uuid(), 0, 's', '', now() - interval '2 hours')`)
 	require.Equal(t, 30, publishedRows(t, b.db))
@@ -244,13 +246,14 @@ func TestRetentionTakesPartitionsInTurn(t *testing.T) {
 		SELECT gen_random_uuid(), CASE WHEN g % 9 < 5 THEN 0 WHEN g % 9 = 5 THEN 1 ELSE 2 END, 's', '', now() - interval '2 hours'
 		FROM generate_series(0, 44) g ORDER BY g`)
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+	_, err = b.db.Pool.Exec(ctx, `DELETE FROM relay_partitions; -- the test states the partitions
+INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 		SELECT p, l.txid, l.seq FROM generate_series(0, 2) p, (SELECT txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1) l`)
 	require.NoError(t, err)
 	pub, _ := publisher(t, testenvNATSURL(b))
 	log := &testenv.StatementLog{}
 	r, err := outbox.NewRelay(b.db.TracedPool(t, log), pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour,
-		RetentionBatch: 10, Partitions: 3})
+		RetentionBatch: 10})
 	require.NoError(t, err)
 	n, err := r.Prune(ctx)
 	require.NoError(t, err)
@@ -274,12 +277,13 @@ func TestRetentionRateBoundsAPass(t *testing.T) {
 	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (id, partition, subject, payload, created_at)
 		SELECT gen_random_uuid(), 0, 's', '', now() - interval '2 hours' FROM generate_series(1, 200)`)
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+	_, err = b.db.Pool.Exec(ctx, `DELETE FROM relay_partitions; -- the test states the partitions
+INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 		SELECT 0, txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1`)
 	require.NoError(t, err)
 	pub, _ := publisher(t, testenvNATSURL(b))
 	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour,
-		RetentionBatch: 20, RetentionRate: 400, Partitions: 1})
+		RetentionBatch: 20, RetentionRate: 400})
 	require.NoError(t, err)
 	start := time.Now()
 	n, err := r.Prune(ctx)
@@ -301,7 +305,8 @@ func TestConcurrentPrunesSharePartitions(t *testing.T) {
 	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (id, partition, subject, payload, created_at)
 		SELECT gen_random_uuid(), g % 16, 's', '', now() - interval '2 hours' FROM generate_series(1, 3200) g`)
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
+	_, err = b.db.Pool.Exec(ctx, `DELETE FROM relay_partitions; -- the test states the partitions
+INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 		SELECT p, l.txid, l.seq FROM generate_series(0, 15) p, (SELECT txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1) l`)
 	require.NoError(t, err)
 	pub, _ := publisher(t, testenvNATSURL(b))
@@ -398,4 +403,24 @@ func TestRelayRunsAgainAfterRunReturned(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}
+}
+
+// Writers and relays read the partition count from the database, where the
+// migrations stated it once: with 3 partitions, every row lands in one of
+// them and a relay configured with nothing about partitions publishes all.
+func TestWritersAndRelaysShareTheDatabasesPartitionCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	setPartitions(t, b.db, 3)
+	var msgs []broker.Message
+	for i := range 60 {
+		msgs = append(msgs, b.msg(fmt.Sprintf("key-%d", i%20), i))
+	}
+	enqueue(t, b.db, b.ob, msgs...)
+	var beyond int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE partition >= 3`).Scan(&beyond))
+	require.Zero(t, beyond)
+	pub, _ := publisher(t, b.nats.URL)
+	b.startRelay(t, pub, outbox.RelayConfig{})
+	waitCount(t, b.stream, 60, 20*time.Second)
 }

@@ -36,7 +36,7 @@ const cursors = `SELECT g.part, coalesce(p.cursor_txid, '2') AS ct, coalesce(p.c
 // outboxSQL holds the Outbox's statements, rendered once for a schema.
 type outboxSQL struct {
 	insert, list, unpark, backlog, backlogByPartition string
-	notify, notifyAll                                 string
+	notify, notifyAll, partitions                     string
 }
 
 func renderOutboxSQL(schema string) outboxSQL {
@@ -50,12 +50,16 @@ func renderOutboxSQL(schema string) outboxSQL {
 		// notifyAll.
 		notify:    `SELECT pg_notify($1, '')`,
 		notifyAll: `SELECT pg_notify($1, $2)`,
+		// The partition count, stated once: rows 0 to N-1 (migration 011).
+		partitions: partitionsSQL,
 	}
-	for _, p := range []*string{&q.insert, &q.list, &q.unpark, &q.backlog, &q.backlogByPartition} {
+	for _, p := range []*string{&q.insert, &q.list, &q.unpark, &q.backlog, &q.backlogByPartition, &q.partitions} {
 		*p = pgsql.Render(*p, schema)
 	}
 	return q
 }
+
+const partitionsSQL = `SELECT coalesce(max(partition) + 1, 0)::int4 FROM {schema}.relay_partitions`
 
 const insertSQL = `
 INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, headers)
@@ -136,7 +140,7 @@ var backlogByPartitionSQL = unpublishedSQL + `
 
 // relaySQL holds the relay's statements, rendered once for a schema.
 type relaySQL struct {
-	ensurePartitions, partitionsBeyond             string
+	partitions, partitionsBeyond                   string
 	heartbeat, acquire, renew, release, removeNode string
 	probe, fetch, fetchMain, advance, settle       string
 	prune                                          string
@@ -146,8 +150,7 @@ type relaySQL struct {
 
 func renderRelaySQL(schema string) relaySQL {
 	q := relaySQL{
-		ensurePartitions: `INSERT INTO {schema}.relay_partitions (partition)
-			SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
+		partitions:       partitionsSQL,
 		partitionsBeyond: `SELECT EXISTS (SELECT 1 FROM {schema}.outbox WHERE partition >= $1)`,
 
 		// Heartbeat, forget dead nodes, count the live ones (dead: no
@@ -351,7 +354,7 @@ func renderRelaySQL(schema string) relaySQL {
 	}
 	q.listen = "LISTEN " + pgx.Identifier{NotifyChannel(schema)}.Sanitize()
 	for _, p := range []*string{
-		&q.ensurePartitions, &q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
+		&q.partitions, &q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
 		&q.removeNode, &q.probe, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.prune, &q.oldest, &q.parked,
 	} {
 		*p = pgsql.Render(*p, schema)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 )
 
 // relayFlags names the flags of the RelayConfig fields.
-var relayFlags = configFlags{"Partitions": "--partitions", "BatchSize": "--batch", "Lease": "--lease",
+var relayFlags = configFlags{"BatchSize": "--batch", "Lease": "--lease",
 	"PollInterval": "--poll-interval", "BusyPollInterval": "--busy-poll-interval", "PublishTimeout": "--publish-timeout",
 	"MaxAttempts": "--max-attempts", "Retention": "--retention", "ID": "--id", "Schema": "--schema"}
 
@@ -32,7 +31,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	var nf natsFlags
 	db.register(fs, e)
 	nf.register(fs, e)
-	var listenFlag, partitionsFlag envString
+	var listenFlag envString
 	var (
 		cfg       outbox.RelayConfig
 		stream    = fs.String("stream", "", "create or update this JetStream stream at start (with --subjects); by default the stream must exist")
@@ -44,7 +43,6 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		signKeyID = fs.String("signing-key-id", "", "`ID` naming --signing-key in each signature, so consumers can hold several keys during a rotation")
 	)
 	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
-	fs.Var(&partitionsFlag, "partitions", fmt.Sprintf("`N`, the number of partitions; must equal the writers' outbox.Config.Partitions (default: env ONCEKIT_PARTITIONS, else %d)", outbox.DefaultPartitions))
 	fs.StringVar(&cfg.ID, "id", "", "name of this relay in the lease tables (default hostname-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", 1000, "most rows read and published at once per partition")
 	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "partition lease duration (renewed every third of it)")
@@ -72,17 +70,14 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if *stream != "" && *subjects == "" {
 		return usagef("--stream needs --subjects")
 	}
-	partitions := partitionsFlag.resolve(e, "ONCEKIT_PARTITIONS", strconv.Itoa(outbox.DefaultPartitions))
-	if cfg.Partitions, err = strconv.Atoi(partitions); err != nil || cfg.Partitions < 1 {
-		return usagef("--partitions (or ONCEKIT_PARTITIONS): %q is not a positive number", partitions)
-	}
 	listen := listenFlag.resolve(e, "ONCEKIT_LISTEN", "")
 
 	if err := nonNegative(fs, "lease", "poll-interval", "busy-poll-interval", "publish-timeout"); err != nil {
 		return err
 	}
-	// Enough connections for every partition's worker plus the loops.
-	db.maxConns = min(cfg.Partitions, 64) + 4
+	// Enough connections for a worker per partition (up to 64) plus the
+	// loops; the pool opens them only as they are needed.
+	db.maxConns = 64 + 4
 	pool, err := db.open(ctx)
 	if err != nil {
 		return err

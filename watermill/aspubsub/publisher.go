@@ -20,7 +20,7 @@ const HeaderUUID = "Oncekit-Watermill-Uuid"
 
 // PublisherConfig configures a Publisher. The zero value works.
 type PublisherConfig struct {
-	// Outbox is the outbox's configuration (Schema, Partitions, payload
+	// Outbox is the outbox's configuration (Schema, payload
 	// limit). Defaults to the zero outbox.Config.
 	Outbox outbox.Config
 	// Key returns the ordering key of a message published to topic.

@@ -1,0 +1,4 @@
+package outbox
+
+// PartitionOf is partitionOf, for the external tests.
+var PartitionOf = partitionOf
