@@ -8,9 +8,12 @@
 //   - NewNATS starts an in-process nats-server with JetStream in a temp dir,
 //     or connects to NATS_URL when it is set. Connect does the same outside
 //     tests: the server at a URL when one answers, else an embedded one.
+//   - Handle runs one handler on one message as the consumer does, in a
+//     transaction with its claim, without a broker (as rivertest.Worker
+//     does for River): the quickest test of a handler.
 //   - Start runs a relay, consumer or dispatcher in the background for the
-//     rest of the test; DrainRelay, DrainConsumer and DrainDispatcher run one
-//     until it has nothing left to do, then stop it.
+//     rest of the test; DrainRelay, DrainConsumer (on any broker) and
+//     DrainDispatcher run one until it has nothing left to do, then stop it.
 //   - RequireEnqueued and RequireEffect fail the test unless an outbox row or
 //     a side effect exists, and return it for further assertions.
 //

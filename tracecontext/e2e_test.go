@@ -76,9 +76,7 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 	require.NoError(t, err)
 	consumer, err := inbox.NewConsumer(db.Pool, src, h, &inbox.Config{Name: "paid", Schema: db.Schema, BatchSize: 10})
 	require.NoError(t, err)
-	durable, err := n.JS.Consumer(ctx, stream, "paid")
-	require.NoError(t, err)
-	require.Equal(t, inbox.Stats{Processed: 3}, oncekittest.DrainConsumer(ctx, t, consumer, durable))
+	require.Equal(t, inbox.Stats{Processed: 3}, oncekittest.DrainConsumer(ctx, t, consumer, 3))
 	require.Equal(t, traces, seen)
 
 	// The webhook receiver gets the same headers; the provider's ctx holds
