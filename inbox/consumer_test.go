@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -509,16 +510,10 @@ func waitDelivered(t *testing.T, b *bundle, n int) {
 		t.Errorf("consumer: %v", err)
 		return
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if ci, err := cons.Info(ctx); err == nil && int(ci.Delivered.Consumer) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("JetStream did not deliver %d messages", n)
-			return
-		}
-		time.Sleep(10 * time.Millisecond) // polling, with a deadline
-	}
+	assert.Eventually(t, func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && int(ci.Delivered.Consumer) >= n
+	}, 30*time.Second, 10*time.Millisecond, "JetStream did not deliver %d messages", n)
 }
 
 // A failure that is PostgreSQL's (here the handler's connection is

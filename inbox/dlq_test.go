@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,15 +33,14 @@ func (b *bundle) oncekit(bin string, args ...string) (string, error) {
 // Nats-Msg-Id: the replay says so and changes nothing.
 func (b *bundle) replay(bin, id string) string {
 	b.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		out, err := b.oncekit(bin, "dlq", "replay", id)
-		if err == nil {
-			return out
-		}
-		require.Contains(b.t, out, "dedup window", out)
-		require.False(b.t, time.Now().After(deadline), "replay still deduplicated: %s", out)
-		time.Sleep(200 * time.Millisecond) // polling, with a deadline
-	}
+	var out string
+	var err error
+	require.Eventually(b.t, func() bool {
+		out, err = b.oncekit(bin, "dlq", "replay", id)
+		return err == nil || !strings.Contains(out, "dedup window") // done, or failed otherwise
+	}, 30*time.Second, 200*time.Millisecond, "replay still deduplicated")
+	require.NoError(b.t, err, out)
+	return out
 }
 
 // A poison message becomes one dead letter; once the handler is fixed,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // FuzzConsumeHostileMessages publishes a message with a random ID, header
@@ -124,18 +126,18 @@ func (env *fuzzConsumer) check(t *testing.T, id, name, value string, payload []b
 	if res := b.pub.Publish(context.Background(), []broker.Message{neighbour}); res[0].Err != nil {
 		t.Fatal(res[0].Err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := wait.Until(wctx, 5*time.Millisecond, func(context.Context) error {
 		s := env.c.Stats()
 		settled := (s.Processed + s.Duplicates + s.DeadLettered + s.Terminated) -
 			(before.Processed + before.Duplicates + before.DeadLettered + before.Terminated)
 		if settled >= 2 && env.drained(t) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled within 30 s: stats %+v (before %+v), id %q, header %q=%q, payload %q", s, before, id, name, value, payload)
-		}
-		time.Sleep(5 * time.Millisecond) // polling, with a deadline
+		return fmt.Errorf("stats %+v (before %+v)", s, before)
+	}); err != nil {
+		t.Fatalf("not settled within 30 s: %v; id %q, header %q=%q, payload %q", err, id, name, value, payload)
 	}
 	env.mu.Lock()
 	defer env.mu.Unlock()

@@ -166,13 +166,8 @@ func (b *bundle) count(sql string, args ...any) int {
 // waitStats polls until cond holds for the consumer's stats.
 func waitStats(t *testing.T, c *inbox.Consumer, cond func(inbox.Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond(c.Stats()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met; stats: %+v", c.Stats())
-		}
-		time.Sleep(10 * time.Millisecond) // polling, with a deadline
-	}
+	require.Eventually(t, func() bool { return cond(c.Stats()) }, 30*time.Second, 10*time.Millisecond,
+		"condition not met; stats: %+v", c.Stats())
 }
 
 // waitLockWaiter polls until some session waits for a lock on this test's

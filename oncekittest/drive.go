@@ -97,16 +97,23 @@ func until(ctx context.Context, tb testing.TB, what string, cond func(context.Co
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	for {
+	var failed error
+	err := wait.Until(ctx, pollEvery, func(ctx context.Context) error {
 		done, status, err := cond(ctx)
-		if err != nil {
-			tb.Fatalf("oncekittest: waiting for %s: %v", what, err)
+		switch {
+		case err != nil:
+			failed = err
+			cancel() // no use waiting longer
+			return err
+		case !done:
+			return errors.New(status)
 		}
-		if done {
-			return
-		}
-		if !wait.Sleep(ctx, pollEvery) {
-			tb.Fatalf("oncekittest: gave up waiting for %s after %s: %s", what, Timeout, status)
-		}
+		return nil
+	})
+	switch {
+	case failed != nil:
+		tb.Fatalf("oncekittest: waiting for %s: %v", what, failed)
+	case err != nil:
+		tb.Fatalf("oncekittest: gave up waiting for %s after %s: %v", what, Timeout, err)
 	}
 }

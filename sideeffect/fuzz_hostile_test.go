@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncekit/oncekit/internal/wait"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
@@ -89,17 +90,16 @@ func FuzzDispatchHostileAnswers(f *testing.F) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := wait.Until(wctx, 5*time.Millisecond, func(context.Context) error {
 			hostile, neighbour := b.rowByKey(t, keys[0]), b.rowByKey(t, keys[1])
 			if settled(hostile.State) && neighbour.State == sideeffect.StateConfirmed {
-				break
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not settled within 30 s: hostile %s (%q), neighbour %s; answer %d %q %q %q %q",
-					hostile.State, hostile.LastError, neighbour.State, status, ref, ctype, header, body)
-			}
-			time.Sleep(5 * time.Millisecond) // polling, with a deadline
+			return fmt.Errorf("hostile %s (%q), neighbour %s", hostile.State, hostile.LastError, neighbour.State)
+		}); err != nil {
+			t.Fatalf("not settled within 30 s: %v; answer %d %q %q %q %q", err, status, ref, ctype, header, body)
 		}
 		if v, _ := calls.Load(keys[1]); v.(*atomic.Int64).Load() != 1 {
 			t.Fatalf("the neighbour was called %d times", v.(*atomic.Int64).Load())
