@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/leaktest"
 )
 
 // helperEnv makes the test binary act as a supervised process instead of
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
 	}
-	os.Exit(m.Run())
+	leaktest.Main(m)
 }
 
 // runHelper is a tiny supervised process:

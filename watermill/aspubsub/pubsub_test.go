@@ -67,6 +67,9 @@ func TestWatermillUniversalSuite(t *testing.T) {
 		require.NoError(t, err)
 		sub, err := aspubsub.NewSubscriber(pool, &aspubsub.SubscriberConfig{Group: group, Source: open, Schema: db.Schema, Logger: quiet})
 		require.NoError(t, err)
+		// Some of the suite's tests leave their subscriber open: closed
+		// when the test ends, so that no subscription outlives it.
+		t.Cleanup(func() { _ = sub.Close() })
 		return pub, sub
 	}
 

@@ -1,0 +1,26 @@
+// Package leaktest fails a package's tests when a goroutine outlives them:
+// every test package's TestMain calls Main. It wraps go.uber.org/goleak.
+package leaktest
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Main runs m's tests, then fails the binary if goroutines other than the
+// runtime's remain. also names more goroutines to ignore, each a
+// dependency's that outlives its Close on its own schedule.
+func Main(m *testing.M, also ...goleak.Option) {
+	goleak.VerifyTestMain(m, append(also, ignored...)...)
+}
+
+// ignored are goroutines that belong to the test's process rather than to
+// a test: the standard library's and its dependencies' lazy singletons.
+var ignored = []goleak.Option{
+	// net/http keeps idle keep-alive connections of the default transport
+	// until they time out.
+	goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+}
