@@ -5,7 +5,7 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: help test test-short quickstart demo chaos bench bench-scale results build vet fuzz clean
+.PHONY: help test test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -69,6 +69,12 @@ results: ## bench-summary.txt and bench/RESULTS.md from the last bench.txt (BENC
 
 build: ## build the oncekit binary into bin/ (cmd/oncekit is a module of its own)
 	cd cmd/oncekit && $(GO) build -o ../../bin/oncekit .
+
+VERSION ?=
+
+api: ## write the exported API of a release to api/$(VERSION).txt (VERSION=v0.2.0); make test holds later changes to it
+	@test -n "$(VERSION)" || { echo "make api VERSION=vX.Y.Z"; exit 2; }
+	$(GO) run ./internal/apiguard/cmd/apilist > api/$(VERSION).txt
 
 vet: ## go vet, in every module
 	$(GO) vet ./...

@@ -4,12 +4,15 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/oncekit/oncekit/internal/apiguard"
 )
 
 // goList runs `go list` with a template over the module's packages.
@@ -109,5 +112,31 @@ func TestLibraryModuleCarriesNoBrokerClient(t *testing.T) {
 				t.Errorf("go mod graph: %s", line)
 			}
 		}
+	}
+}
+
+// The API of the last release (api/v0.1.0.txt) holds: every identifier it
+// lists is still there with the same signature, unless the changelog's
+// Unreleased section names it (`make api` writes a release's listing).
+func TestAPIKeepsTheReleasedSurface(t *testing.T) {
+	released, err := os.ReadFile("api/v0.1.0.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	current, err := apiguard.List(".", "github.com/oncekit/oncekit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changelog, err := os.ReadFile("CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, unreleased, ok := strings.Cut(string(changelog), "\n## Unreleased\n")
+	if !ok {
+		t.Fatal("CHANGELOG.md has no ## Unreleased section")
+	}
+	unreleased, _, _ = strings.Cut(unreleased, "\n## ")
+	for _, line := range apiguard.Check(strings.Split(strings.TrimSpace(string(released)), "\n"), current, unreleased) {
+		t.Errorf("incompatible with v0.1.0 and not in CHANGELOG.md's Unreleased section (name %s there): %s", apiguard.Identifier(line), line)
 	}
 }

@@ -1,0 +1,27 @@
+// Command apilist prints the exported API of the module in the current
+// directory, one line per identifier: what api/vX.Y.Z.txt holds for a
+// release (`make api`).
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/oncekit/oncekit/internal/apiguard"
+)
+
+func main() {
+	mod, err := exec.Command("go", "list", "-m").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apilist: go list -m:", err)
+		os.Exit(1)
+	}
+	lines, err := apiguard.List(".", strings.TrimSpace(string(mod)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apilist:", err)
+		os.Exit(1)
+	}
+	fmt.Println(strings.Join(lines, "\n"))
+}
