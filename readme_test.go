@@ -78,3 +78,47 @@ func TestReadmeQuickstartIsTheExamplesCode(t *testing.T) {
 		t.Errorf("README's quickstart differs from examples/quickstart's setUp; paste the function into README.md:\n%s", fn)
 	}
 }
+
+// make fuzz runs every fuzz target: each func FuzzX in a test file of this
+// module is in the Makefile's FUZZ_TARGETS as ./dir:FuzzX.
+func TestMakeFuzzRunsEveryTarget(t *testing.T) {
+	makefile, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuzz := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
+	found := 0
+	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || fileExists(filepath.Join(path, "go.mod"))) {
+			return filepath.SkipDir // another module
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range fuzz.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if target := "./" + filepath.Dir(path) + ":" + m[1]; !strings.Contains(string(makefile), target) {
+				t.Errorf("make fuzz does not run %s", target)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 10 {
+		t.Fatalf("found %d fuzz targets; expected every one", found)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
