@@ -178,8 +178,12 @@ func dispatchEffects(b *testing.B, db *testenv.DB, srv *dispatchProvider, from i
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{"order.paid": p}, &sideeffect.DispatcherConfig{
-		Schema: db.Schema, Concurrency: conc, Registerer: reg, Retention: -1, // tables filled with old effects keep them
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.Schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := sideeffect.NewDispatcher(pool, ledger, map[string]sideeffect.Provider{"order.paid": p}, &sideeffect.DispatcherConfig{
+		Concurrency: conc, Registerer: reg, Retention: -1, // tables filled with old effects keep them
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

@@ -123,8 +123,8 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, pub br
 	}
 	w.prefillOutbox(b, ob, msgs)
 	w.analyze(b, len(msgs))
-	relay, err := outbox.NewRelay(w.pool, pub, &outbox.RelayConfig{
-		Schema: w.db.Schema, Logger: relayBenchLogger(), Retention: -1,
+	relay, err := outbox.NewRelay(w.pool, ob, pub, &outbox.RelayConfig{
+		Logger: relayBenchLogger(), Retention: -1,
 		BatchSize: relayEnvInt("ONCEKIT_BENCH_BATCH", 1000),
 	})
 	if err != nil {
@@ -312,8 +312,8 @@ func relayLatencyOn(b *testing.B, w *relayWorld, rate, secs int, notify bool) []
 	if err != nil {
 		b.Fatal(err)
 	}
-	relay, err := outbox.NewRelay(w.pool, pub, &outbox.RelayConfig{
-		Schema: w.db.Schema, Logger: relayBenchLogger(), Retention: -1,
+	relay, err := outbox.NewRelay(w.pool, ob, pub, &outbox.RelayConfig{
+		Logger: relayBenchLogger(), Retention: -1,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -71,7 +71,11 @@ func scaleTables(cfg scaleConfig) []scaleTable {
 		},
 		oldest: 48 * time.Hour, retained: 24 * time.Hour,
 		retain: func(b *testing.B, db *testenv.DB, age time.Duration) func(ctx context.Context) (int64, error) {
-			r, err := outbox.NewRelay(db.Pool, ackAll{}, &outbox.RelayConfig{Schema: db.Schema, Logger: relayBenchLogger(),
+			ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := outbox.NewRelay(db.Pool, ob, ackAll{}, &outbox.RelayConfig{Logger: relayBenchLogger(),
 				Retention: age, RetentionRate: cfg.retentionRate})
 			if err != nil {
 				b.Fatal(err)

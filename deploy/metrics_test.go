@@ -63,13 +63,17 @@ func registeredMetrics(t *testing.T) map[string]bool {
 
 	pub, err := natsjs.NewPublisher(nc.Conn, nil)
 	require.NoError(t, err)
-	_, err = outbox.NewRelay(db.Pool, pub, &outbox.RelayConfig{Schema: db.Schema, Registerer: rec})
+	ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	_, err = outbox.NewRelay(db.Pool, ob, pub, &outbox.RelayConfig{Registerer: rec})
 	require.NoError(t, err)
 	inbox.NewMetrics(rec, "c")
 	hook, err := webhook.New(&webhook.Config{URL: "http://127.0.0.1:1/hook", Unsigned: true})
 	require.NoError(t, err)
-	_, err = sideeffect.NewDispatcher(db.Pool, map[string]sideeffect.Provider{"k": hook},
-		&sideeffect.DispatcherConfig{Schema: db.Schema, Registerer: rec})
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	_, err = sideeffect.NewDispatcher(db.Pool, ledger, map[string]sideeffect.Provider{"k": hook},
+		&sideeffect.DispatcherConfig{Registerer: rec})
 	require.NoError(t, err)
 	_, err = idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema, Registerer: rec})
 	require.NoError(t, err)

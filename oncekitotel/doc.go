@@ -2,8 +2,8 @@
 // own so that the core carries no tracing SDK.
 //
 // Propagator carries the OpenTelemetry span context through oncekit's
-// tracecontext seam: set it on outbox.Config, inbox.Config,
-// sideeffect.Config and sideeffect.DispatcherConfig, and the span of the
+// tracecontext seam: set it on outbox.Config, inbox.Config and
+// sideeffect.Config (a dispatcher uses its ledger's), and the span of the
 // request that enqueued an event is the parent of everything it causes. The
 // wrappers add spans after the OpenTelemetry semantic conventions:
 //

@@ -135,7 +135,7 @@ func Handler(h inbox.Handler, system string, cfg *Config) inbox.Handler {
 
 // Provider wraps a side-effect provider with a client span per call, a
 // child of the context the effect was recorded in (with Propagator on
-// sideeffect.Config and sideeffect.DispatcherConfig). The wrapper keeps the
+// sideeffect.Config). The wrapper keeps the
 // provider's capabilities: whether it honours keys, its own bound on a
 // call, its Lookup.
 func Provider(p sideeffect.Provider, cfg *Config) sideeffect.Provider {

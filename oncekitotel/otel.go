@@ -41,7 +41,7 @@ func (c *Config) propagator() propagation.TextMapPropagator {
 
 // Propagator returns the tracecontext.Propagator that carries cfg's
 // OpenTelemetry span context through oncekit: set it on outbox.Config,
-// inbox.Config, sideeffect.Config and sideeffect.DispatcherConfig.
+// inbox.Config and sideeffect.Config (a dispatcher uses its ledger's).
 func Propagator(cfg *Config) tracecontext.Propagator { return otelPropagator{cfg.propagator()} }
 
 type otelPropagator struct{ p propagation.TextMapPropagator }

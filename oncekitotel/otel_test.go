@@ -76,7 +76,7 @@ func TestOneTraceFromTheEdgeToTheProviderCall(t *testing.T) {
 	// dispatcher sends it.
 	pub, err := natsjs.NewPublisher(n.Conn, nil)
 	require.NoError(t, err)
-	relay, err := outbox.NewRelay(db.Pool, oncekitotel.Publisher(pub, "nats", cfg), &outbox.RelayConfig{Schema: db.Schema})
+	relay, err := outbox.NewRelay(db.Pool, ob, oncekitotel.Publisher(pub, "nats", cfg), nil)
 	require.NoError(t, err)
 	oncekittest.DrainRelay(ctx, t, relay, db.Pool, ob)
 
@@ -93,8 +93,7 @@ func TestOneTraceFromTheEdgeToTheProviderCall(t *testing.T) {
 	require.Equal(t, inbox.Stats{Processed: 1}, oncekittest.DrainConsumer(ctx, t, consumer, 1))
 
 	email := sideeffect.ProviderFunc(func(context.Context, sideeffect.Call) (string, error) { return "sent", nil })
-	dispatcher, err := sideeffect.NewDispatcher(db.Pool, map[string]sideeffect.Provider{"receipt": oncekitotel.Provider(email, cfg)},
-		&sideeffect.DispatcherConfig{Schema: db.Schema, Propagator: prop})
+	dispatcher, err := sideeffect.NewDispatcher(db.Pool, ledger, map[string]sideeffect.Provider{"receipt": oncekitotel.Provider(email, cfg)}, nil)
 	require.NoError(t, err)
 	oncekittest.DrainDispatcher(ctx, t, dispatcher, db.Pool, ledger)
 

@@ -49,7 +49,7 @@ func TestReceiptIsSentOncePerOrder(t *testing.T) {
 	}))
 	pub, err := natsjs.NewPublisher(n.Conn, nil)
 	require.NoError(t, err)
-	relay, err := outbox.NewRelay(db.Pool, pub, &outbox.RelayConfig{Schema: db.Schema})
+	relay, err := outbox.NewRelay(db.Pool, ob, pub, nil)
 	require.NoError(t, err)
 	oncekittest.DrainRelay(ctx, t, relay, db.Pool, ob)
 	require.True(t, oncekittest.RequireEnqueued(ctx, t, db.Pool, ob, paid.ID).Published)
@@ -79,8 +79,7 @@ func TestReceiptIsSentOncePerOrder(t *testing.T) {
 		require.Equal(t, oncekit.DeriveKey("order-1", "email.receipt"), c.Key)
 		return "sent-1", nil
 	})
-	dispatcher, err := sideeffect.NewDispatcher(db.Pool, map[string]sideeffect.Provider{"email.receipt": email},
-		&sideeffect.DispatcherConfig{Schema: db.Schema})
+	dispatcher, err := sideeffect.NewDispatcher(db.Pool, ledger, map[string]sideeffect.Provider{"email.receipt": email}, nil)
 	require.NoError(t, err)
 	oncekittest.DrainDispatcher(ctx, t, dispatcher, db.Pool, ledger)
 	receipt = oncekittest.RequireEffect(ctx, t, db.Pool, ledger, "order-1", "email.receipt")

@@ -41,7 +41,6 @@ func TestRelayConfigValidate(t *testing.T) {
 		cfg    RelayConfig
 		detail string // what follows the field in the error, when pinned
 	}{
-		{"Schema", RelayConfig{Schema: "Bad-Name"}, ""},
 		{"BatchSize", RelayConfig{BatchSize: -1}, "-1 is negative"},
 		{"Lease", RelayConfig{Lease: time.Millisecond}, "1ms is below 300ms"},
 		{"PollInterval", RelayConfig{PollInterval: -1}, "-1ns is negative"},
@@ -65,10 +64,10 @@ func TestRelayConfigValidate(t *testing.T) {
 	require.Equal(t, -1, rc.RetentionRate)
 }
 
-// NewRelay's arguments are checked as its Config is: a nil pool or
-// publisher wraps ErrInvalidConfig.
+// NewRelay's arguments are checked as its Config is: a nil pool, outbox
+// or publisher wraps ErrInvalidConfig.
 func TestNewRelayRejectsNilArguments(t *testing.T) {
 	t.Parallel()
-	_, err := NewRelay(nil, nil, nil)
+	_, err := NewRelay(nil, nil, nil, nil)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }

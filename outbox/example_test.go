@@ -69,7 +69,11 @@ func ExampleNewRelay() {
 	if err != nil {
 		panic(err)
 	}
-	relay, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: "oncekit", Registerer: prometheus.DefaultRegisterer})
+	ob, err := outbox.New(&outbox.Config{Schema: "oncekit"}) // the writers' outbox: the relay takes its schema
+	if err != nil {
+		panic(err)
+	}
+	relay, err := outbox.NewRelay(pool, ob, pub, &outbox.RelayConfig{Registerer: prometheus.DefaultRegisterer})
 	if err != nil {
 		panic(err)
 	}

@@ -54,6 +54,7 @@ type Config struct {
 // Outbox writes messages into the outbox table inside the caller's
 // transaction. It is safe for concurrent use.
 type Outbox struct {
+	schema     string
 	partitions atomic.Int32 // read from the database by the first Enqueue
 	maxPayload int
 	notify     bool
@@ -84,6 +85,7 @@ func New(cfg *Config) (*Outbox, error) {
 	}
 	schema := c.Schema
 	return &Outbox{
+		schema:     schema,
 		maxPayload: c.MaxPayload,
 		notify:     c.Notify,
 		prop:       tracecontext.Or(c.Propagator),

@@ -16,14 +16,11 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/nodeid"
-	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/retention"
 )
 
 // RelayConfig configures a Relay. The zero value works.
 type RelayConfig struct {
-	// Schema holds oncekit's tables. Defaults to oncekit.DefaultSchema.
-	Schema string
 	// ID names this relay process in the lease tables. Defaults to
 	// hostname-pid-random.
 	ID string
@@ -107,12 +104,15 @@ type Relay struct {
 	backlogShown atomic.Bool
 }
 
-// NewRelay returns a relay reading pool's outbox and publishing with pub.
-// pool is normally a *pgxpool.Pool allowing about the partition count + 4
-// connections.
-func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay, error) {
+// NewRelay returns a relay publishing ob's outbox (its schema) from pool
+// with pub. pool is normally a *pgxpool.Pool allowing about the partition
+// count + 4 connections.
+func NewRelay(pool oncekit.Pool, ob *Outbox, pub broker.Publisher, cfg *RelayConfig) (*Relay, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: NewRelay: pool is nil", ErrInvalidConfig)
+	}
+	if ob == nil {
+		return nil, fmt.Errorf("%w: NewRelay: outbox is nil", ErrInvalidConfig)
 	}
 	if pub == nil {
 		return nil, fmt.Errorf("%w: NewRelay: publisher is nil", ErrInvalidConfig)
@@ -121,7 +121,7 @@ func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	schema := c.Schema
+	schema := ob.schema
 	m, err := newMetrics(c.Registerer)
 	if err != nil {
 		return nil, err
@@ -145,7 +145,6 @@ func NewRelay(pool oncekit.Pool, pub broker.Publisher, cfg *RelayConfig) (*Relay
 // defaults set.
 func (c *RelayConfig) withDefaults() RelayConfig {
 	out := cfgerr.CopyOf(c)
-	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	if out.ID == "" {
 		out.ID = nodeid.New()
 	}
@@ -169,9 +168,6 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 // ErrInvalidConfig.
 func (c *RelayConfig) validate() error {
 	bad := cfgerr.For(ErrInvalidConfig, "outbox: RelayConfig")
-	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
-		return bad("Schema", "%w", err)
-	}
 	if err := bad.IfNegative(c, "BatchSize", "PollInterval", "BusyPollInterval",
 		"PublishTimeout", "MaxAttempts", "MinBackoff", "MaxBrokerBackoff", "StatsInterval",
 		"RetentionInterval", "RetentionBatch"); err != nil {

@@ -101,7 +101,6 @@ func testLogger() *slog.Logger {
 func (b *bundle) startRelay(t *testing.T, pub broker.Publisher, cfg outbox.RelayConfig) (stop func(), reg *prometheus.Registry) {
 	t.Helper()
 	reg = prometheus.NewRegistry()
-	cfg.Schema = b.db.Schema
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
 	}
@@ -112,7 +111,7 @@ func (b *bundle) startRelay(t *testing.T, pub broker.Publisher, cfg outbox.Relay
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 100 * time.Millisecond
 	}
-	r, err := outbox.NewRelay(b.db.Pool, pub, &cfg)
+	r, err := outbox.NewRelay(b.db.Pool, b.ob, pub, &cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -209,7 +209,7 @@ INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 
 	pub, _ := publisher(t, testenvNATSURL(b))
 	log := &testenv.StatementLog{}
-	r, err := outbox.NewRelay(b.db.TracedPool(t, log), pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
+	r, err := outbox.NewRelay(b.db.TracedPool(t, log), b.ob, pub, &outbox.RelayConfig{Retention: time.Hour, RetentionBatch: 10})
 	require.NoError(t, err)
 	n, err := r.Prune(ctx)
 	require.NoError(t, err)
@@ -252,7 +252,7 @@ INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 	require.NoError(t, err)
 	pub, _ := publisher(t, testenvNATSURL(b))
 	log := &testenv.StatementLog{}
-	r, err := outbox.NewRelay(b.db.TracedPool(t, log), pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour,
+	r, err := outbox.NewRelay(b.db.TracedPool(t, log), b.ob, pub, &outbox.RelayConfig{Retention: time.Hour,
 		RetentionBatch: 10})
 	require.NoError(t, err)
 	n, err := r.Prune(ctx)
@@ -282,7 +282,7 @@ INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 		SELECT 0, txid, seq FROM outbox ORDER BY txid DESC, seq DESC LIMIT 1`)
 	require.NoError(t, err)
 	pub, _ := publisher(t, testenvNATSURL(b))
-	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour,
+	r, err := outbox.NewRelay(b.db.Pool, b.ob, pub, &outbox.RelayConfig{Retention: time.Hour,
 		RetentionBatch: 20, RetentionRate: 400})
 	require.NoError(t, err)
 	start := time.Now()
@@ -311,7 +311,7 @@ INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 	require.NoError(t, err)
 	pub, _ := publisher(t, testenvNATSURL(b))
 	relay := func() *outbox.Relay {
-		r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Retention: time.Hour, RetentionBatch: 10})
+		r, err := outbox.NewRelay(b.db.Pool, b.ob, pub, &outbox.RelayConfig{Retention: time.Hour, RetentionBatch: 10})
 		require.NoError(t, err)
 		return r
 	}
@@ -360,7 +360,7 @@ func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	pub, _ := publisher(t, b.nats.URL)
-	r, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Logger: testLogger(), Lease: 2 * time.Second, PollInterval: 50 * time.Millisecond})
+	r, err := outbox.NewRelay(pool, b.ob, pub, &outbox.RelayConfig{Logger: testLogger(), Lease: 2 * time.Second, PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -390,7 +390,7 @@ func TestRelayRunsAgainAfterRunReturned(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pub, _ := publisher(t, b.nats.URL)
-	r, err := outbox.NewRelay(b.db.Pool, pub, &outbox.RelayConfig{Schema: b.db.Schema, Lease: 2 * time.Second,
+	r, err := outbox.NewRelay(b.db.Pool, b.ob, pub, &outbox.RelayConfig{Lease: 2 * time.Second,
 		PollInterval: 50 * time.Millisecond, Logger: testLogger()})
 	require.NoError(t, err)
 	for round := range 2 {

@@ -105,7 +105,7 @@ func TestDispatcherPruneDeletesPastRetentionInBatches(t *testing.T) {
 
 	cfg := fastConfig(b)
 	cfg.RetentionBatch = 10
-	d, err := sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"old": hook(newReceiver(t), nil)}, cfg)
+	d, err := sideeffect.NewDispatcher(b.db.Pool, b.ledger, map[string]sideeffect.Provider{"old": hook(newReceiver(t), nil)}, cfg)
 	require.NoError(t, err)
 	n, err := d.Prune(ctx)
 	require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestDispatcherPruneDeletesPastRetentionInBatches(t *testing.T) {
 	require.Equal(t, 1, b.countState(t, sideeffect.StateUnknown), "unknown rows are never pruned")
 
 	cfg.Retention = -1
-	d, err = sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"old": hook(newReceiver(t), nil)}, cfg)
+	d, err = sideeffect.NewDispatcher(b.db.Pool, b.ledger, map[string]sideeffect.Provider{"old": hook(newReceiver(t), nil)}, cfg)
 	require.NoError(t, err)
 	_, err = b.db.Pool.Exec(ctx, `UPDATE side_effects SET created_at = now() - interval '400 days'`)
 	require.NoError(t, err)
@@ -137,7 +137,7 @@ func TestGracefulStopReleasesUncalledRows(t *testing.T) {
 	})
 	cfg := fastConfig(b)
 	cfg.Concurrency = 2
-	d, err := sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"slow": hook(rc, nil)}, cfg)
+	d, err := sideeffect.NewDispatcher(b.db.Pool, b.ledger, map[string]sideeffect.Provider{"slow": hook(rc, nil)}, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)

@@ -61,7 +61,7 @@ func (d *Dispatcher) do(cctx context.Context, j job) outcome {
 	c := j.call
 	o := outcome{id: c.ID, attempt: c.Attempt, kind: c.Kind}
 	if c.Trace != nil {
-		cctx = d.cfg.Propagator.Extract(cctx, c.Trace)
+		cctx = d.ledger.prop.Extract(cctx, c.Trace)
 	}
 	if j.lookup {
 		return d.reconcile(cctx, j, o)

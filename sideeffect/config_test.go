@@ -30,7 +30,6 @@ func TestDispatcherConfigValidate(t *testing.T) {
 		cfg    DispatcherConfig
 		detail string // what follows the field in the error, when pinned
 	}{
-		{"Schema", DispatcherConfig{Schema: "Bad-Name"}, ""},
 		{"Concurrency", DispatcherConfig{Concurrency: -1}, "-1 is negative"},
 		{"BatchSize", DispatcherConfig{BatchSize: -1}, "-1 is negative"},
 		{"FlushSize", DispatcherConfig{FlushSize: -1}, "-1 is negative"},
@@ -49,7 +48,7 @@ func TestDispatcherConfigValidate(t *testing.T) {
 	} {
 		c := tc.cfg.withDefaults()
 		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "sideeffect: DispatcherConfig."+tc.field, tc.detail)
-		_, err := NewDispatcher(nil, nil, &tc.cfg)
+		_, err := NewDispatcher(nil, nil, nil, &tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
 }

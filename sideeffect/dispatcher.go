@@ -17,15 +17,11 @@ import (
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/nodeid"
-	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/retention"
-	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // DispatcherConfig configures a Dispatcher. The zero value works.
 type DispatcherConfig struct {
-	// Schema is the schema oncekit's tables live in. Defaults to oncekit.DefaultSchema.
-	Schema string
 	// ID names this dispatcher as the owner of the leases it takes; it must
 	// be unique among running dispatchers. Defaults to host-pid-random.
 	ID string
@@ -80,9 +76,6 @@ type DispatcherConfig struct {
 	RetentionRate int
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Propagator puts each effect's stored trace context (Call.Trace) into
-	// the context of its provider call. Defaults to tracecontext.W3C.
-	Propagator tracecontext.Propagator
 	// Registerer receives the dispatcher's metrics (namespace oncekit,
 	// subsystem sideeffect). Nil means no metrics. Several dispatchers may
 	// share one registerer.
@@ -93,7 +86,6 @@ type DispatcherConfig struct {
 // defaults set.
 func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out := cfgerr.CopyOf(c)
-	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	if out.ID == "" {
 		out.ID = nodeid.New()
 	}
@@ -111,7 +103,6 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 	out.Retention = cmp.Or(out.Retention, 30*24*time.Hour)
 	retention.Defaults(&out.RetentionInterval, &out.RetentionBatch, &out.RetentionRate)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
-	out.Propagator = tracecontext.Or(out.Propagator)
 	return out
 }
 
@@ -119,9 +110,6 @@ func (c *DispatcherConfig) withDefaults() DispatcherConfig {
 // ErrInvalidConfig.
 func (c *DispatcherConfig) validate() error {
 	bad := cfgerr.For(ErrInvalidConfig, "sideeffect: DispatcherConfig")
-	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
-		return bad("Schema", "%w", err)
-	}
 	if err := bad.IfNegative(c, "Concurrency", "BatchSize", "FlushSize", "MaxAttempts",
 		"PollInterval", "CallTimeout", "Lease", "RecoverInterval", "MinBackoff", "MaxBackoff",
 		"MaxRetryAfter", "RetentionInterval", "RetentionBatch"); err != nil {
@@ -141,6 +129,7 @@ func (c *DispatcherConfig) validate() error {
 // claimed with SKIP LOCKED and fenced by lease owner and attempt, so no row is
 // fired by two dispatchers at once while leases are honoured.
 type Dispatcher struct {
+	ledger  *Ledger // the schema's statements and the propagator
 	db      oncekit.DB
 	cfg     DispatcherConfig
 	log     *slog.Logger
@@ -163,16 +152,21 @@ type Dispatcher struct {
 	lastErr   atomic.Pointer[error]
 }
 
-// NewDispatcher returns a Dispatcher for the given providers, keyed by
-// effect kind. Effects of other kinds are left alone (another process may
+// NewDispatcher returns a Dispatcher of ledger's effects (its schema, its
+// Propagator, which puts each effect's stored trace context into the
+// context of its provider call) for the given providers, keyed by effect
+// kind. Effects of other kinds are left alone (another process may
 // dispatch them). db is typically a *pgxpool.Pool.
-func NewDispatcher(db oncekit.DB, providers map[string]Provider, cfg *DispatcherConfig) (*Dispatcher, error) {
+func NewDispatcher(db oncekit.DB, ledger *Ledger, providers map[string]Provider, cfg *DispatcherConfig) (*Dispatcher, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	if db == nil {
 		return nil, fmt.Errorf("%w: NewDispatcher: db is nil", ErrInvalidConfig)
+	}
+	if ledger == nil {
+		return nil, fmt.Errorf("%w: NewDispatcher: ledger is nil", ErrInvalidConfig)
 	}
 	if len(providers) == 0 {
 		return nil, fmt.Errorf("%w: NewDispatcher: no providers", ErrInvalidConfig)
@@ -181,7 +175,7 @@ func NewDispatcher(db oncekit.DB, providers map[string]Provider, cfg *Dispatcher
 	if err != nil {
 		return nil, fmt.Errorf("sideeffect: DispatcherConfig.Registerer: %w", err)
 	}
-	d := &Dispatcher{db: db, cfg: c, log: c.Logger.With("dispatcher", c.ID), sql: render(c.Schema), m: m,
+	d := &Dispatcher{db: db, ledger: ledger, cfg: c, log: c.Logger.With("dispatcher", c.ID), sql: ledger.sql, m: m,
 		caps: map[string]*capabilities{}, wake: make(chan struct{}, 1),
 		minClaim: max(int64(1), int64(min(c.Concurrency, c.BatchSize))/2), maxClaim: 5 * int64(c.BatchSize)}
 	d.claimSize.Store(int64(c.BatchSize))

@@ -62,7 +62,11 @@ func ExampleNewDispatcher() {
 		// Pass c.Key to the email API as its idempotency key.
 		return "msg-id-from-the-api", nil
 	})
-	d, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{
+	ledger, err := sideeffect.New(nil) // the recorders' ledger: the dispatcher takes its schema
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := sideeffect.NewDispatcher(pool, ledger, map[string]sideeffect.Provider{
 		"webhook.order-paid": hook,
 		"email.receipt":      email,
 	}, &sideeffect.DispatcherConfig{Concurrency: 16, CallTimeout: 10 * time.Second})

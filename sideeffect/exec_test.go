@@ -18,9 +18,9 @@ import (
 type plainDB struct{ oncekit.DB }
 
 // runOn runs a dispatcher on db until the returned stop is called.
-func runOn(t *testing.T, db oncekit.DB, providers map[string]sideeffect.Provider, cfg *sideeffect.DispatcherConfig) (stop func()) {
+func runOn(t *testing.T, db oncekit.DB, l *sideeffect.Ledger, providers map[string]sideeffect.Provider, cfg *sideeffect.DispatcherConfig) (stop func()) {
 	t.Helper()
-	d, err := sideeffect.NewDispatcher(db, providers, cfg)
+	d, err := sideeffect.NewDispatcher(db, l, providers, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -37,7 +37,7 @@ func TestDispatchOnADBWithoutBatches(t *testing.T) {
 	b := setup(t)
 	rc := newReceiver(t)
 	keys := b.record(t, "order.paid", 30)
-	runOn(t, plainDB{b.db.Pool}, map[string]sideeffect.Provider{"order.paid": hook(rc, nil)}, fastConfig(b))
+	runOn(t, plainDB{b.db.Pool}, b.ledger, map[string]sideeffect.Provider{"order.paid": hook(rc, nil)}, fastConfig(b))
 	b.waitState(t, sideeffect.StateConfirmed, 30, 20*time.Second)
 	rc.check(t, keys)
 	for _, k := range keys {
@@ -57,7 +57,7 @@ func TestDispatcherStatementsUseGenericPlans(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), b.db.URL+"&pool_max_conns=1")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	stop := runOn(t, pool, map[string]sideeffect.Provider{"order.paid": hook(rc, nil)}, fastConfig(b))
+	stop := runOn(t, pool, b.ledger, map[string]sideeffect.Provider{"order.paid": hook(rc, nil)}, fastConfig(b))
 	b.waitState(t, sideeffect.StateConfirmed, 20, 20*time.Second)
 	stop()
 	rc.check(t, keys)

@@ -41,7 +41,7 @@ func TestClaimsAreHOTUpdates(t *testing.T) {
 	keys := b.record(t, "order.paid", n)
 	pool, err := pgxpool.New(context.Background(), b.db.URL)
 	require.NoError(t, err)
-	stop := runOn(t, pool, map[string]sideeffect.Provider{"order.paid": hook(rc, nil)}, fastConfig(b))
+	stop := runOn(t, pool, b.ledger, map[string]sideeffect.Provider{"order.paid": hook(rc, nil)}, fastConfig(b))
 	b.waitState(t, sideeffect.StateConfirmed, n, 20*time.Second)
 	stop()
 	pool.Close()

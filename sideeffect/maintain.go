@@ -109,7 +109,7 @@ func (d *Dispatcher) Prune(ctx context.Context) (int64, error) {
 	if d.cfg.Retention < 0 {
 		return 0, nil
 	}
-	l := &Ledger{schema: d.cfg.Schema, sql: d.sql}
+	l := d.ledger
 	q := retention.Spaced(d.db, retention.Spacing(d.cfg.RetentionRate, d.cfg.RetentionBatch))
 	return l.Prune(ctx, q, time.Now().Add(-d.cfg.Retention), d.cfg.RetentionBatch)
 }

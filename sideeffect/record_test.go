@@ -105,14 +105,16 @@ func TestConfigValidation(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Schema")
 	b := setup(t)
 	p := sideeffect.ProviderFunc(func(context.Context, sideeffect.Call) (string, error) { return "", nil })
-	_, err = sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"k": p},
+	_, err = sideeffect.NewDispatcher(b.db.Pool, b.ledger, map[string]sideeffect.Provider{"k": p},
 		&sideeffect.DispatcherConfig{CallTimeout: time.Minute, Lease: time.Second})
 	require.ErrorContains(t, err, "DispatcherConfig.Lease")
-	_, err = sideeffect.NewDispatcher(b.db.Pool, nil, nil)
+	_, err = sideeffect.NewDispatcher(b.db.Pool, b.ledger, nil, nil)
 	require.ErrorContains(t, err, "no providers")
 	require.ErrorIs(t, err, sideeffect.ErrInvalidConfig)
-	_, err = sideeffect.NewDispatcher(nil, map[string]sideeffect.Provider{"k": p}, nil)
+	_, err = sideeffect.NewDispatcher(nil, b.ledger, map[string]sideeffect.Provider{"k": p}, nil)
 	require.ErrorIs(t, err, sideeffect.ErrInvalidConfig, "a nil db is a bad argument, typed as such")
-	_, err = sideeffect.NewDispatcher(b.db.Pool, map[string]sideeffect.Provider{"k": p}, &sideeffect.DispatcherConfig{Concurrency: -1})
+	_, err = sideeffect.NewDispatcher(b.db.Pool, nil, map[string]sideeffect.Provider{"k": p}, nil)
+	require.ErrorIs(t, err, sideeffect.ErrInvalidConfig, "so is a nil ledger")
+	_, err = sideeffect.NewDispatcher(b.db.Pool, b.ledger, map[string]sideeffect.Provider{"k": p}, &sideeffect.DispatcherConfig{Concurrency: -1})
 	require.ErrorContains(t, err, "DispatcherConfig.Concurrency")
 }

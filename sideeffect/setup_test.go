@@ -59,7 +59,6 @@ func (b *bundle) record(t testing.TB, kind string, n int) []string {
 // fastConfig is a dispatcher configuration with short intervals for tests.
 func fastConfig(b *bundle) *sideeffect.DispatcherConfig {
 	return &sideeffect.DispatcherConfig{
-		Schema:          b.db.Schema,
 		PollInterval:    20 * time.Millisecond,
 		RecoverInterval: 50 * time.Millisecond,
 		MinBackoff:      10 * time.Millisecond,
@@ -73,7 +72,7 @@ func fastConfig(b *bundle) *sideeffect.DispatcherConfig {
 // start runs a dispatcher until the test ends (or stop is called).
 func start(t testing.TB, b *bundle, providers map[string]sideeffect.Provider, cfg *sideeffect.DispatcherConfig) (stop func()) {
 	t.Helper()
-	d, err := sideeffect.NewDispatcher(b.db.Pool, providers, cfg)
+	d, err := sideeffect.NewDispatcher(b.db.Pool, b.ledger, providers, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -31,8 +31,8 @@ func TestSyncLoopClaimsWhenRecoveryGivesBackSlots(t *testing.T) {
 		return err
 	}))
 	provider := ProviderFunc(func(context.Context, Call) (string, error) { return "", nil })
-	d, err := NewDispatcher(db.Pool, map[string]Provider{"mail": provider}, &DispatcherConfig{
-		Schema: db.Schema, Concurrency: 1, BatchSize: 1, PollInterval: 10 * time.Millisecond,
+	d, err := NewDispatcher(db.Pool, l, map[string]Provider{"mail": provider}, &DispatcherConfig{
+		Concurrency: 1, BatchSize: 1, PollInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)

@@ -55,7 +55,7 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 	}
 	pub, err := natsjs.NewPublisher(n.Conn, nil)
 	require.NoError(t, err)
-	relay, err := outbox.NewRelay(db.Pool, pub, &outbox.RelayConfig{Schema: db.Schema})
+	relay, err := outbox.NewRelay(db.Pool, ob, pub, nil)
 	require.NoError(t, err)
 	oncekittest.DrainRelay(ctx, t, relay, db.Pool, ob)
 
@@ -100,8 +100,7 @@ func TestTraceContextTravelsFromEnqueueToWebhook(t *testing.T) {
 		mu.Unlock()
 		return hook.Call(ctx, c)
 	})
-	dispatcher, err := sideeffect.NewDispatcher(db.Pool, map[string]sideeffect.Provider{"webhook.paid": provider},
-		&sideeffect.DispatcherConfig{Schema: db.Schema})
+	dispatcher, err := sideeffect.NewDispatcher(db.Pool, ledger, map[string]sideeffect.Provider{"webhook.paid": provider}, nil)
 	require.NoError(t, err)
 	oncekittest.DrainDispatcher(ctx, t, dispatcher, db.Pool, ledger)
 

@@ -155,7 +155,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	}
 
 	dc := &sideeffect.DispatcherConfig{
-		Schema: db.schema(), ID: *id,
+		ID:           *id,
 		Concurrency:  pick(set["concurrency"], *concurrency, file.Concurrency),
 		BatchSize:    pick(set["batch"], *batch, file.BatchSize),
 		MaxAttempts:  pick(set["max-attempts"], *maxAttempts, file.MaxAttempts),
@@ -199,7 +199,11 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	d, err := sideeffect.NewDispatcher(pool, providers, dc)
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: db.schema()})
+	if err != nil {
+		return dispatcherFlags.usage(err)
+	}
+	d, err := sideeffect.NewDispatcher(pool, ledger, providers, dc)
 	if err != nil {
 		return dispatcherFlags.usage(err)
 	}

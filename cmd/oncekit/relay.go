@@ -63,7 +63,6 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Schema = db.schema()
 	cfg.Logger = log
 	reg := newRegistry()
 	cfg.Registerer = reg
@@ -112,7 +111,11 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		}
 		pub = eventsig.SignPublisher(np, signer)
 	}
-	relay, err := outbox.NewRelay(pool, pub, &cfg)
+	ob, err := outbox.New(&outbox.Config{Schema: db.schema()})
+	if err != nil {
+		return relayFlags.usage(err)
+	}
+	relay, err := outbox.NewRelay(pool, ob, pub, &cfg)
 	if err != nil {
 		return relayFlags.usage(err)
 	}

@@ -71,7 +71,11 @@ func run(ctx context.Context, brokers []string, topic, dbURL string) error {
 	if err != nil {
 		return err
 	}
-	relay, err := outbox.NewRelay(pool, pub, nil)
+	ob, err := outbox.New(nil)
+	if err != nil {
+		return err
+	}
+	relay, err := outbox.NewRelay(pool, ob, pub, nil)
 	if err != nil {
 		return err
 	}

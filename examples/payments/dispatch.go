@@ -36,8 +36,11 @@ func newDispatcher(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (*sideeffe
 	if err != nil {
 		return nil, err
 	}
-	return sideeffect.NewDispatcher(pool, providers, &sideeffect.DispatcherConfig{
-		Schema:          cfg.Schema,
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	return sideeffect.NewDispatcher(pool, ledger, providers, &sideeffect.DispatcherConfig{
 		Concurrency:     16,
 		PollInterval:    50 * time.Millisecond,
 		CallTimeout:     2 * time.Second,

@@ -35,8 +35,11 @@ func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, c
 		go late.run(ctx, 100*time.Millisecond)
 		pub = late
 	}
-	return outbox.NewRelay(pool, pub, &outbox.RelayConfig{
-		Schema:         cfg.Schema,
+	ob, err := outbox.New(&outbox.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	return outbox.NewRelay(pool, ob, pub, &outbox.RelayConfig{
 		Lease:          cfg.Lease,
 		PollInterval:   100 * time.Millisecond,
 		PublishTimeout: 5 * time.Second,

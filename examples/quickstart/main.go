@@ -166,7 +166,7 @@ func setUp(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, schema string
 	if err != nil {
 		return nil, nil, err
 	}
-	relay, err := outbox.NewRelay(pool, pub, &outbox.RelayConfig{Schema: schema})
+	relay, err := outbox.NewRelay(pool, ob, pub, nil) // ob's schema: stated once
 	if err != nil {
 		return nil, nil, err
 	}
@@ -190,8 +190,7 @@ func setUp(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, schema string
 	}
 
 	// 6. The dispatcher calls each effect's provider with the effect's key.
-	dispatcher, err := sideeffect.NewDispatcher(pool, map[string]sideeffect.Provider{"email.receipt": emailProvider},
-		&sideeffect.DispatcherConfig{Schema: schema})
+	dispatcher, err := sideeffect.NewDispatcher(pool, ledger, map[string]sideeffect.Provider{"email.receipt": emailProvider}, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -89,7 +89,11 @@ func runRelay(ctx context.Context, pool *pgxpool.Pool, client *sqs.Client, o opt
 	if err != nil {
 		return err
 	}
-	relay, err := outbox.NewRelay(pool, pub, nil)
+	ob, err := outbox.New(nil)
+	if err != nil {
+		return err
+	}
+	relay, err := outbox.NewRelay(pool, ob, pub, nil)
 	if err != nil {
 		return err
 	}

@@ -43,9 +43,13 @@ func insertEffect(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 	return err
 }
 
-func relayConfig(schema string) *outbox.RelayConfig {
-	return &outbox.RelayConfig{Schema: schema, Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond,
-		PublishTimeout: 5 * time.Second, Logger: quiet}
+func newRelay(pool *pgxpool.Pool, pub broker.Publisher, schema string) (*outbox.Relay, error) {
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	return outbox.NewRelay(pool, ob, pub, &outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond,
+		PublishTimeout: 5 * time.Second, Logger: quiet})
 }
 
 func consumerConfig(schema string) *inbox.Config {
@@ -71,7 +75,7 @@ func TestHelperProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := outbox.NewRelay(pool, pub, relayConfig(schema))
+		r, err := newRelay(pool, pub, schema)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +156,7 @@ func e2eCrash(t *testing.T, kind, addr, dest string, inBroker func() int) {
 	pub, closePub, err := newPublisher(kind, addr)
 	require.NoError(t, err)
 	defer closePub()
-	relay, err := outbox.NewRelay(db.Pool, pub, relayConfig(db.Schema))
+	relay, err := newRelay(db.Pool, pub, db.Schema)
 	require.NoError(t, err)
 	src, closeSrc, err := newSource(kind, addr, dest, nil)
 	require.NoError(t, err)

@@ -17,7 +17,7 @@
 //	cfg.Publish.ConfirmDelivery = true // Publish returns once RabbitMQ stored the message
 //	wpub, _ := amqp.NewPublisher(cfg, logger)
 //	pub, _ := asbroker.NewPublisher(wpub, nil)
-//	relay, _ := outbox.NewRelay(pool, pub, nil)
+//	relay, _ := outbox.NewRelay(pool, ob, pub, nil)
 //
 //	wsub, _ := amqp.NewSubscriber(cfg, logger)
 //	src, _ := asbroker.NewSource(ctx, wsub, &asbroker.SourceConfig{Topics: []string{"payments"}})

@@ -29,7 +29,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	relay, err := outbox.NewRelay(pool, pub, nil)
+	ob, err := outbox.New(nil) // the writers' outbox
+	if err != nil {
+		log.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, ob, pub, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

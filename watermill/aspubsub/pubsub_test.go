@@ -43,7 +43,9 @@ func TestWatermillUniversalSuite(t *testing.T) {
 	require.NoError(t, err)
 	jsPub, err := natsjs.NewPublisher(n.Conn, nil)
 	require.NoError(t, err)
-	relay, err := outbox.NewRelay(pool, jsPub, &outbox.RelayConfig{Schema: db.Schema, PollInterval: 50 * time.Millisecond,
+	ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	relay, err := outbox.NewRelay(pool, ob, jsPub, &outbox.RelayConfig{PollInterval: 50 * time.Millisecond,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: quiet})
 	require.NoError(t, err)
 	rctx, stopRelay := context.WithCancel(ctx)
