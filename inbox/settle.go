@@ -2,11 +2,62 @@ package inbox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
+
+// The settle stage of a batch: its transaction ends (releases, dead
+// letters, COMMIT), and each message is acked, naked or handed back to the
+// broker according to its outcome.
+
+// commitTx gives back the claims of messages held back or undone, writes the
+// dead letters and commits. When the commit's outcome is unknown the
+// messages are left to redelivery (outUnknown) and commitTx returns nil; an
+// error means the transaction failed and was rolled back.
+func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
+	if r.claimed != nil && len(r.release) > 0 {
+		if err := c.store.unclaimAll(ctx, r.tx, c.cfg.Name, r.release); err != nil {
+			return err
+		}
+	}
+	for _, pd := range r.dead {
+		recorded, err := c.recordDead(ctx, r.tx, r.items[pd.i], pd.dl)
+		if err != nil {
+			return err
+		}
+		if !recorded {
+			r.out[pd.i].kind = outDropped
+		}
+	}
+	crashpoint.Hit(crashpoint.InboxBeforeCommit)
+	if err := r.tx.Commit(ctx); err != nil {
+		if definiteRollback(err) {
+			return fmt.Errorf("inbox: commit: %w", err)
+		}
+		c.log.Error("inbox commit outcome unknown; leaving the messages to redelivery", "err", err, "messages", len(r.items))
+		for i := range r.out {
+			if r.out[i].kind != outDuplicate {
+				r.out[i] = outcome{kind: outUnknown, err: err}
+			}
+		}
+		return nil
+	}
+	crashpoint.Hit(crashpoint.InboxAfterCommit)
+	return nil
+}
+
+// queueFailed rolls back a batch run without savepoints whose queued
+// statement failed, gives the failure to the message that queued it, and
+// returns that message's index.
+func (c *Consumer) queueFailed(ctx context.Context, r *txRun) int {
+	r.rollback(ctx)
+	r.out[r.q.failed] = c.failure(r.tx, r.items[r.q.failed], r.q.err)
+	return r.q.failed
+}
 
 // settle acks, naks or returns each message according to its outcome.
 func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*item {

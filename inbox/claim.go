@@ -8,21 +8,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/pguuid"
 )
 
-// The three ways a batch runs in one transaction, chosen by runBatch:
-//
-//   - runOne: a single message, alone in its transaction;
-//   - runPlain: several messages without savepoints, rolled back at the
-//     first handler failure;
-//   - runSavepoints: several messages, each under a savepoint of its own, so
-//     that a failure undoes only itself.
-//
-// Each begins with beginTx (the transaction and the claims, one round trip)
-// and ends with commitTx (releases, dead letters, COMMIT).
+// The claim stage of a batch: its transaction begins and claims its
+// messages (one round trip), and each message is admitted to run or decided
+// without its handler (a duplicate, a held-back key, a dead letter).
 
 // txRun is one transaction of a batch under way: the claims it took and what
 // it has to write before its commit.
@@ -113,174 +105,6 @@ func (c *Consumer) admit(r *txRun, i int) bool {
 		return false
 	}
 	return true
-}
-
-// runOne runs a batch of one message. A handler failure ends the
-// transaction, and a dead letter, if that is the failure's outcome, is
-// written on its own (without the claim). An error means the transaction as
-// a whole failed.
-func (c *Consumer) runOne(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) (err error) {
-	r, err := c.beginTx(ctx, items, out, blocked)
-	if err != nil {
-		return err
-	}
-	defer r.rollbackOn(ctx, &err)
-	if c.admit(r, 0) {
-		it := items[0]
-		herr := c.call(ctx, r.q.on(r.tx, 0), it.msg)
-		if herr == nil {
-			// What the message queued goes now, alone.
-			herr = r.q.flush(ctx)
-		}
-		r.q.reset()
-		if herr != nil {
-			out[0] = c.failure(r.tx, it, herr)
-			r.rollback(ctx)
-			if out[0].kind == outDead {
-				recorded, derr := c.recordDead(ctx, c.db, it, c.deadLetter(it, out[0].reason))
-				switch {
-				case derr != nil:
-					out[0] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
-				case !recorded:
-					out[0].kind = outDropped
-				}
-			}
-			return nil
-		}
-		out[0] = outcome{kind: outProcessed}
-	}
-	return c.commitTx(ctx, r)
-}
-
-// runPlain runs a batch of several new messages in one transaction without
-// savepoints. A handler failure, or a failure of a statement a handler
-// queued, rolls the transaction back at once: runPlain then sets the failed
-// message's outcome and returns its index with rolledBack true, and the
-// other messages' outcomes are to be discarded. An error means the
-// transaction as a whole failed.
-func (c *Consumer) runPlain(ctx context.Context, items []*item, out []outcome) (failed int, rolledBack bool, err error) {
-	r, err := c.beginTx(ctx, items, out, nil)
-	if err != nil {
-		return 0, false, err
-	}
-	defer r.rollbackOn(ctx, &err)
-	for i, it := range items {
-		if !c.admit(r, i) {
-			continue
-		}
-		herr := c.call(ctx, r.q.on(r.tx, i), it.msg)
-		if r.q.failed >= 0 {
-			// A statement queued by this message or an earlier one failed
-			// when this handler sent one of its own.
-			return c.queueFailed(ctx, r), true, nil
-		}
-		if herr != nil {
-			out[i] = c.failure(r.tx, it, herr)
-			r.rollback(ctx)
-			return i, true, nil
-		}
-		out[i] = outcome{kind: outProcessed}
-	}
-	if r.q.flush(ctx) != nil {
-		return c.queueFailed(ctx, r), true, nil
-	}
-	return 0, false, c.commitTx(ctx, r)
-}
-
-// runIsolated runs a batch in which a handler failure undoes only itself:
-// runOne for one message, runSavepoints for more.
-func (c *Consumer) runIsolated(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) error {
-	if len(items) == 1 {
-		return c.runOne(ctx, items, out, blocked)
-	}
-	return c.runSavepoints(ctx, items, out, blocked)
-}
-
-// runSavepoints runs a batch of several messages in one transaction, each
-// under a savepoint of its own: a failed message's writes and claim are
-// undone, its dead letter (if that is its outcome) is written, and in ordered
-// mode its key is held back for the rest of the batch. An error means the
-// transaction as a whole failed.
-func (c *Consumer) runSavepoints(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) (err error) {
-	r, err := c.beginTx(ctx, items, out, blocked)
-	if err != nil {
-		return err
-	}
-	defer r.rollbackOn(ctx, &err)
-	for i, it := range items {
-		if !c.admit(r, i) {
-			continue
-		}
-		sp := newSavepointTx(r.tx)
-		herr := c.call(ctx, r.q.on(sp, i), it.msg)
-		if herr == nil {
-			// What the message queued goes now, under its savepoint.
-			herr = r.q.flush(ctx)
-		}
-		r.q.reset()
-		if herr == nil {
-			out[i] = outcome{kind: outProcessed}
-			continue
-		}
-		out[i] = c.failure(r.tx, it, herr)
-		if !sp.undo(ctx) {
-			return fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
-		}
-		if r.claimed != nil {
-			r.release = append(r.release, it.msg.ID)
-		}
-		if out[i].kind == outDead {
-			r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, out[i].reason)})
-		} else if it.msg.Key != "" {
-			r.blocked[it.msg.Key] = true
-		}
-	}
-	return c.commitTx(ctx, r)
-}
-
-// commitTx gives back the claims of messages held back or undone, writes the
-// dead letters and commits. When the commit's outcome is unknown the
-// messages are left to redelivery (outUnknown) and commitTx returns nil; an
-// error means the transaction failed and was rolled back.
-func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
-	if r.claimed != nil && len(r.release) > 0 {
-		if err := c.store.unclaimAll(ctx, r.tx, c.cfg.Name, r.release); err != nil {
-			return err
-		}
-	}
-	for _, pd := range r.dead {
-		recorded, err := c.recordDead(ctx, r.tx, r.items[pd.i], pd.dl)
-		if err != nil {
-			return err
-		}
-		if !recorded {
-			r.out[pd.i].kind = outDropped
-		}
-	}
-	crashpoint.Hit(crashpoint.InboxBeforeCommit)
-	if err := r.tx.Commit(ctx); err != nil {
-		if definiteRollback(err) {
-			return fmt.Errorf("inbox: commit: %w", err)
-		}
-		c.log.Error("inbox commit outcome unknown; leaving the messages to redelivery", "err", err, "messages", len(r.items))
-		for i := range r.out {
-			if r.out[i].kind != outDuplicate {
-				r.out[i] = outcome{kind: outUnknown, err: err}
-			}
-		}
-		return nil
-	}
-	crashpoint.Hit(crashpoint.InboxAfterCommit)
-	return nil
-}
-
-// queueFailed rolls back a batch run without savepoints whose queued
-// statement failed, gives the failure to the message that queued it, and
-// returns that message's index.
-func (c *Consumer) queueFailed(ctx context.Context, r *txRun) int {
-	r.rollback(ctx)
-	r.out[r.q.failed] = c.failure(r.tx, r.items[r.q.failed], r.q.err)
-	return r.q.failed
 }
 
 // batchSender sends a batch of statements in one round trip; a
