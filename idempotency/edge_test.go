@@ -240,7 +240,8 @@ func TestConcurrentSameKey(t *testing.T) {
 }
 
 // Case 7: a 503 is not stored; the retry executes and its 201 is stored. The
-// same holds for 401, 403 and 429.
+// same holds for 401, 403 and 429. The key is kept, released, with the
+// request's fingerprint.
 func TestServerErrorNotStored(t *testing.T) {
 	t.Parallel()
 	for _, mode := range modes {
@@ -252,7 +253,8 @@ func TestServerErrorNotStored(t *testing.T) {
 				resp := h.post(t, "acme", "pay-1", `{"amount":100}`)
 				require.Equal(t, status, resp.status)
 				require.Empty(t, resp.header.Get(idempotency.HeaderReplayed))
-				require.Zero(t, count(t, h.db, records), "a %d left a record", status)
+				require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE state = 'released' AND status_code IS NULL`),
+					"a %d left the key released, without a response", status)
 				require.EqualValues(t, i+1, h.runs.Load())
 			}
 			h.status.Store(0)
@@ -337,7 +339,8 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE token = 1 AND recoveries = 0`))
 }
 
-// A panicking handler releases the key.
+// A panicking handler releases the key: kept with its fingerprint, without
+// a response.
 func TestPanicReleasesKey(t *testing.T) {
 	t.Parallel()
 	for _, mode := range modes {
@@ -349,7 +352,7 @@ func TestPanicReleasesKey(t *testing.T) {
 			srv := newServer(t, mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) })))
 			_, err = tryPost(srv+"/", "", "pay-1", `{}`)
 			require.Error(t, err) // the connection is aborted
-			require.Zero(t, count(t, h.db, records))
+			require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE state = 'released'`))
 		})
 	}
 }
@@ -421,4 +424,27 @@ func TestScopeIsAlwaysChosen(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, resp.status)
 	require.Zero(t, count(t, h.db, records))
 	require.Equal(t, http.StatusCreated, post(t, srv+"/", "acme", "k", `{"amount":100}`).status)
+}
+
+// A key whose first request failed without a stored response keeps its
+// meaning: another body under it is refused (422) and never executed, in
+// either mode, while the same body runs again.
+func TestReleasedKeyRefusesAnotherBody(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, idempotency.Route{Mode: mode}, nil)
+			h.status.Store(http.StatusServiceUnavailable)
+			require.Equal(t, http.StatusServiceUnavailable, h.post(t, "acme", "pay-1", `{"amount":100}`).status)
+			h.status.Store(0)
+			other := h.post(t, "acme", "pay-1", `{"amount":999}`)
+			require.Equal(t, http.StatusUnprocessableEntity, other.status, "another body under a released key")
+			require.Contains(t, other.body, idempotency.CodeKeyReused)
+			require.EqualValues(t, 1, h.runs.Load(), "the other body never ran")
+			require.Equal(t, http.StatusCreated, h.post(t, "acme", "pay-1", `{"amount":100}`).status, "the same body runs again")
+			require.EqualValues(t, 2, h.runs.Load())
+			require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM payments`))
+		})
+	}
 }

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -61,7 +62,7 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 			}
 		}
 		if claimed {
-			rt.runSameTx(next, w, r, id, conn, tx, token)
+			rt.runSameTx(next, w, r, id, fp, conn, tx, token)
 			return
 		}
 		if rec == nil {
@@ -73,9 +74,12 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 				return
 			}
 			if !found {
-				continue // released (rolled back) meanwhile: claim again
+				continue // rolled back meanwhile: claim again
 			}
 			rec = &got
+		}
+		if rec.state == StateReleased && subtle.ConstantTimeCompare(rec.fingerprint, fp) == 1 {
+			continue // released meanwhile, with this body: claim again
 		}
 		rt.answerExisting(w, id, fp, rec, false)
 		return
@@ -147,7 +151,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 // runSameTx runs the handler in the claim's transaction and commits the
 // stored response with the handler's writes, or rolls everything back when
 // the response is not to be stored.
-func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, conn *pgxpool.Conn, tx pgx.Tx, token int64) {
+func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte, conn *pgxpool.Conn, tx pgx.Tx, token int64) {
 	bg := context.WithoutCancel(r.Context())
 	rt.count(OutcomeNew)
 	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: token}
@@ -156,6 +160,12 @@ func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Req
 
 	if panicked != nil || !rt.cfg.Store(rw.code()) {
 		_ = tx.Rollback(bg)
+		// The claim went with the rollback: the key keeps the body it was
+		// used with, so that another is refused.
+		if _, err := conn.Exec(bg, rt.e.sql.released, id.tenant, id.operation, id.key, fp, micros(rt.cfg.TTL)); err != nil {
+			rt.e.log.Warn("idempotency: recording the released key failed; another body under it would run",
+				"operation", id.operation, "key_hash", keyHash(id), "error", err)
+		}
 		conn.Release()
 		rt.answerReleased(w, id, rw, panicked)
 		return

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -51,9 +52,9 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 			rt.storeFailed(w, id, err)
 			return
 		}
-		if !found {
+		if !found || (rec.state == StateReleased && subtle.ConstantTimeCompare(rec.fingerprint, fp) == 1) {
 			if attempt+1 < maxClaimAttempts {
-				continue // released meanwhile: claim again
+				continue // expired, or released with this body, meanwhile: claim again
 			}
 			rt.inProgress(w)
 			return
@@ -93,7 +94,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	cancel(nil)
 
 	if panicked != nil || !rt.cfg.Store(rw.code()) {
-		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.key, token); err != nil {
+		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.key, token, micros(rt.cfg.TTL)); err != nil {
 			// The lease runs out and a retry recovers the claim.
 			rt.e.log.Error("idempotency: release failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
 		}

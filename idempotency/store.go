@@ -18,11 +18,14 @@ import (
 // it.
 type State string
 
-// The states of a record: claimed by a request that has not finished, and
-// holding its stored response.
+// The states of a record: claimed by a request that has not finished;
+// holding its stored response; or released by a request that ended without
+// one (a 5xx, 429, 401 or 403, a panic), keeping its fingerprint so that
+// the same body may run again and another is refused.
 const (
 	StateInProgress State = "in_progress"
 	StateCompleted  State = "completed"
+	StateReleased   State = "released"
 )
 
 // recordID is a record's primary key.
@@ -53,13 +56,14 @@ type record struct {
 
 // statements is the edge's SQL, rendered for the schema once.
 type statements struct {
-	claim, claimTx, lookup, complete, completeTx, release, renew, prune, inProgress string
+	claim, claimTx, lookup, complete, completeTx, release, released, renew, prune, inProgress string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
 // in_progress record with the same fingerprint whose lease ran out (a
-// recovery: token and recoveries go up, so the old owner is fenced out) or
-// (b) a completed record past its expiry. Anything else returns no row. The
+// recovery: token and recoveries go up, so the old owner is fenced out),
+// (b) a released record with the same fingerprint, or (c) a completed or
+// released record past its expiry. Anything else returns no row. The
 // row lock ON CONFLICT takes makes the takeover happen for one request only.
 const claimSQL = `
 INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, locked_until, expires_at)
@@ -78,7 +82,8 @@ ON CONFLICT (tenant, operation, key) DO UPDATE SET
 	completed_at     = NULL,
 	expires_at       = EXCLUDED.expires_at
 WHERE (k.state = 'in_progress' AND k.locked_until < now() AND k.fingerprint = EXCLUDED.fingerprint)
-   OR (k.state = 'completed' AND k.expires_at <= now())
+   OR (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
+   OR (k.state <> 'in_progress' AND k.expires_at <= now())
 RETURNING token, recoveries`
 
 // claimTxSQL claims inside the handler's transaction, or returns the record
@@ -93,7 +98,8 @@ WITH ins AS (
 		fingerprint = EXCLUDED.fingerprint, token = k.token + 1, recoveries = 0, created_at = now(),
 		state = 'in_progress', locked_until = NULL, status_code = NULL, response_headers = NULL,
 		response_body = NULL, body_sealed = false, completed_at = NULL, expires_at = EXCLUDED.expires_at
-	WHERE k.state = 'completed' AND k.expires_at <= now()
+	WHERE (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
+	   OR (k.state <> 'in_progress' AND k.expires_at <= now())
 	RETURNING token
 )
 SELECT true, token, NULL::bytea, NULL::text, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::float8 FROM ins
@@ -124,9 +130,21 @@ WITH u AS (` + completeSQL + `
 	RETURNING 1)
 SELECT 1 / count(*) FROM u`
 
+// releaseSQL keeps a claim whose request ended without a stored response
+// as released, with its fingerprint, until $5 (microseconds) from now.
 const releaseSQL = `
-DELETE FROM {schema}.idempotency_keys
+UPDATE {schema}.idempotency_keys SET state = 'released', locked_until = NULL,
+	expires_at = now() + $5 * interval '1 microsecond'
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+
+// releasedSQL records, after a same-transaction request rolled back
+// without a stored response, that its key was used with its fingerprint:
+// unless another request holds the key by now (or the key was released
+// before this request claimed it, which the rollback restored).
+const releasedSQL = `
+INSERT INTO {schema}.idempotency_keys (tenant, operation, key, fingerprint, state, expires_at)
+VALUES ($1, $2, $3, $4, 'released', now() + $5 * interval '1 microsecond')
+ON CONFLICT (tenant, operation, key) DO NOTHING`
 
 const renewSQL = `
 UPDATE {schema}.idempotency_keys SET locked_until = now() + $5 * interval '1 microsecond'
@@ -147,11 +165,11 @@ WITH gone AS (
 	DELETE FROM {schema}.idempotency_keys
 	WHERE ctid = ANY(ARRAY(
 		SELECT ctid FROM {schema}.idempotency_keys
-		WHERE state = 'completed' AND expires_at <= now() AND expires_at >= $2
+		WHERE state <> 'in_progress' AND expires_at <= now() AND expires_at >= $2
 		ORDER BY expires_at
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED))
-	AND state = 'completed' AND expires_at <= now()
+	AND state <> 'in_progress' AND expires_at <= now()
 	RETURNING expires_at),
 async AS (SELECT set_config('synchronous_commit', 'off', true))
 SELECT count(*), coalesce(max(expires_at), $2) FROM gone, async`
@@ -168,6 +186,7 @@ func renderStatements(schema string) statements {
 		complete:   pgsql.Render(completeSQL, schema),
 		completeTx: pgsql.Render(completeTxSQL, schema),
 		release:    pgsql.Render(releaseSQL, schema),
+		released:   pgsql.Render(releasedSQL, schema),
 		renew:      pgsql.Render(renewSQL, schema),
 		prune:      pgsql.Render(pruneSQL, schema),
 		inProgress: pgsql.Render(inProgressSQL, schema),

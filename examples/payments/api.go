@@ -110,7 +110,7 @@ func readPayment(w http.ResponseWriter, r *http.Request) (PaymentRequest, bool) 
 // writeCreated answers 201 with the payment, or 503 when err is set.
 func writeCreated(w http.ResponseWriter, resp PaymentResponse, err error) {
 	if err != nil {
-		// 5xx: the edge rolls back and frees the key, so a retry executes.
+		// 5xx: the edge rolls back, and a retry with the same body executes.
 		http.Error(w, "could not create the payment", http.StatusServiceUnavailable)
 		return
 	}

@@ -210,7 +210,7 @@ func setUp(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, schema string
 		info, _ := idempotency.FromRequest(r)
 		id := info.ID() // derived from the key: the same on every retry
 		if _, err := tx.Exec(r.Context(), `INSERT INTO quickstart_payments (id, amount) VALUES ($1, 100)`, id); err != nil {
-			http.Error(w, "could not create the payment", http.StatusServiceUnavailable) // a 5xx rolls back and frees the key
+			http.Error(w, "could not create the payment", http.StatusServiceUnavailable) // a 5xx rolls back: a retry runs again
 			return
 		}
 		if _, err := ob.Enqueue(r.Context(), tx, broker.Message{
