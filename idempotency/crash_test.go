@@ -215,7 +215,7 @@ func TestFencedOwner(t *testing.T) {
 	go func() { done <- postInBackground(t, url+"/", "", "k", `{}`) }()
 	require.Eventually(t, func() bool {
 		tag, err := h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET token = token + 1, recoveries = recoveries + 1
-			WHERE key = 'k' AND state = 'in_progress'`)
+			WHERE key = $1 AND state = 'in_progress'`, idempotency.StoredKey("k"))
 		if err != nil { // not the test's goroutine: no require here
 			t.Errorf("simulated takeover: %v", err)
 			return false
@@ -224,5 +224,5 @@ func TestFencedOwner(t *testing.T) {
 	}, 5*time.Second, 5*time.Millisecond)
 	require.ErrorIs(t, <-causes, idempotency.ErrOwnershipLost)
 	require.Equal(t, http.StatusCreated, (<-done).status) // the stale owner's answer still reaches its client
-	require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE key = 'k' AND state = 'in_progress' AND token = 2`))
+	require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE key = $1 AND state = 'in_progress' AND token = 2`, idempotency.StoredKey("k")))
 }

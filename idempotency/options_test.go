@@ -64,7 +64,7 @@ func TestSealedBodies(t *testing.T) {
 			require.Equal(t, first.body, again.body)
 
 			// A sealed body moved to another record does not open there.
-			_, err := h.db.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET key = 'pay-2'`)
+			_, err := h.db.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET key = $1`, idempotency.StoredKey("pay-2"))
 			require.NoError(t, err)
 			moved := h.post(t, "acme", "pay-2", `{"amount":100}`)
 			require.Equal(t, http.StatusServiceUnavailable, moved.status)

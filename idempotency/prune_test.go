@@ -23,7 +23,7 @@ func TestPrune(t *testing.T) {
 	// A completed record through HTTP, then aged past its expiry.
 	require.Equal(t, http.StatusCreated, h.post(t, "acme", "old", `{"amount":1}`).status)
 	require.Equal(t, http.StatusCreated, h.post(t, "acme", "fresh", `{"amount":2}`).status)
-	_, err := h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = 'old'`)
+	_, err := h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = $1`, idempotency.StoredKey("old"))
 	require.NoError(t, err)
 
 	// An in_progress record whose handler is running, aged past its expiry.
@@ -32,7 +32,7 @@ func TestPrune(t *testing.T) {
 	done := make(chan response, 1)
 	go func() { done <- postInBackground(t, h.srv.URL+"/payments", "acme", "running", `{"amount":3}`) }()
 	<-h.inside
-	_, err = h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' WHERE key = 'running'`)
+	_, err = h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' WHERE key = $1`, idempotency.StoredKey("running"))
 	require.NoError(t, err)
 
 	// Crashed owners' in_progress records and 25 expired completed ones.
@@ -50,7 +50,7 @@ func TestPrune(t *testing.T) {
 	require.EqualValues(t, 26, deleted) // 25 + "old", in batches of 10
 	require.Equal(t, 0, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE state = 'completed' AND expires_at <= now()`))
 	require.Equal(t, 4, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress'`))
-	require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE key = 'fresh'`))
+	require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE key = $1`, idempotency.StoredKey("fresh")))
 	require.InDelta(t, 4, metricValue(t, reg, "oncekit_idempotency_in_progress_records"), 0)
 	require.GreaterOrEqual(t, metricValue(t, reg, "oncekit_idempotency_in_progress_oldest_age_seconds"), float64(3*24*3600-60))
 

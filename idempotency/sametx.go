@@ -110,7 +110,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(lockTimeout)
-	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.key, fp, micros(rt.cfg.TTL)).QueryRow(func(row pgx.Row) error {
+	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.TTL)).QueryRow(func(row pgx.Row) error {
 		var status *int32
 		var headers []byte
 		var age float64
@@ -162,7 +162,7 @@ func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Req
 		_ = tx.Rollback(bg)
 		// The claim went with the rollback: the key keeps the body it was
 		// used with, so that another is refused.
-		if _, err := conn.Exec(bg, rt.e.sql.released, id.tenant, id.operation, id.key, fp, micros(rt.cfg.TTL)); err != nil {
+		if _, err := conn.Exec(bg, rt.e.sql.released, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.TTL)); err != nil {
 			rt.e.log.Warn("idempotency: recording the released key failed; another body under it would run",
 				"operation", id.operation, "key_hash", keyHash(id), "error", err)
 		}
@@ -195,7 +195,7 @@ func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int
 	}
 	b := &pgx.Batch{}
 	var stored, committed bool
-	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.key, token, rw.code(), headers, body, sealed,
+	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.stored(), token, rw.code(), headers, body, sealed,
 		micros(rt.cfg.TTL)).Exec(func(pgconn.CommandTag) error {
 		stored = true
 		return nil

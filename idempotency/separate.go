@@ -37,7 +37,7 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 	for attempt := 0; ; attempt++ {
 		var token int64
 		var recoveries int32
-		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.key, fp,
+		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
 			micros(rt.cfg.Lease), micros(rt.cfg.TTL)).Scan(&token, &recoveries)
 		if err == nil {
 			rt.runSeparate(next, w, r, id, token, recoveries > 0)
@@ -94,7 +94,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	cancel(nil)
 
 	if panicked != nil || !rt.cfg.Store(rw.code()) {
-		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.key, token, micros(rt.cfg.TTL)); err != nil {
+		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.stored(), token, micros(rt.cfg.TTL)); err != nil {
 			// The lease runs out and a retry recovers the claim.
 			rt.e.log.Error("idempotency: release failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
 		}
@@ -106,7 +106,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	headers, body, sealed, err := rt.encode(id, rw)
 	if err == nil {
 		var tag pgconn.CommandTag
-		tag, err = rt.e.db.Exec(bg, rt.e.sql.complete, id.tenant, id.operation, id.key, token,
+		tag, err = rt.e.db.Exec(bg, rt.e.sql.complete, id.tenant, id.operation, id.stored(), token,
 			rw.code(), headers, body, sealed, micros(rt.cfg.TTL))
 		if err == nil && tag.RowsAffected() == 0 {
 			rt.e.m.fenced.WithLabelValues(id.operation).Inc()
@@ -148,7 +148,7 @@ func (rt *route) renewLease(ctx context.Context, cancel context.CancelCauseFunc,
 			// Bounded, so that a hung database cannot hold the request
 			// open past its lease: the next tick tries again.
 			rctx, rcancel := context.WithTimeout(ctx, rt.cfg.Lease/3)
-			tag, err := rt.e.db.Exec(rctx, rt.e.sql.renew, id.tenant, id.operation, id.key, token,
+			tag, err := rt.e.db.Exec(rctx, rt.e.sql.renew, id.tenant, id.operation, id.stored(), token,
 				micros(rt.cfg.Lease))
 			rcancel()
 			if err != nil {

@@ -2,7 +2,9 @@ package idempotency
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,9 +30,24 @@ const (
 	StateReleased   State = "released"
 )
 
-// recordID is a record's primary key.
+// recordID is a record's primary key, with the key as the client sent it;
+// the table holds its digest (stored).
 type recordID struct {
 	tenant, operation, key string
+}
+
+// stored is the key as idempotency_keys holds it: a SHA-256 digest, so
+// that a client's keys are never stored (or logged) as they were sent. The
+// lookup stays exact. Migration 013 wrote the keys stored before it the
+// same way: keep the two in step.
+func (id recordID) stored() string { return StoredKey(id.key) }
+
+// StoredKey is the form idempotency_keys.key holds a client's key in: the
+// hex SHA-256 digest of "oncekit/idempotency/key/v1:" followed by the key.
+// Use it to find a key's record by hand.
+func StoredKey(key string) string {
+	sum := sha256.Sum256([]byte("oncekit/idempotency/key/v1:" + key))
+	return hex.EncodeToString(sum[:])
 }
 
 // aad binds a sealed body to its record.
@@ -223,7 +240,7 @@ func (rec *record) fill(status *int32, headers []byte, age float64) error {
 // lookup reads the live record for id; found is false when there is none
 // (never claimed, released, or expired).
 func (e *Edge) lookup(ctx context.Context, id recordID) (rec record, found bool, err error) {
-	err = scanRecord(e.db.QueryRow(ctx, e.sql.lookup, id.tenant, id.operation, id.key), &rec)
+	err = scanRecord(e.db.QueryRow(ctx, e.sql.lookup, id.tenant, id.operation, id.stored()), &rec)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rec, false, nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/outbox"
 )
 
@@ -209,7 +210,7 @@ func checkResponses(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(
 		if _, exists := payments[id]; !exists || op.Reuse {
 			continue
 		}
-		if r, ok := stored[op.Key]; !ok || r.state != "completed" || r.status < 200 || r.status > 299 {
+		if r, ok := stored[idempotency.StoredKey(op.Key)]; !ok || r.state != "completed" || r.status < 200 || r.status > 299 {
 			v.MissingResponses++
 			v.fail(InvResponseStored, "payment %s exists, its key %s holds %+v (found: %t); client's outcome %s after %d attempts", id, op.Key, r, ok, op.Outcome, op.Attempts)
 		}
