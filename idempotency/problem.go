@@ -36,6 +36,7 @@ var problemTitles = map[string]string{
 	CodeBodyUnreadable:   "Request body could not be read",
 	CodeScopeRejected:    "Request scope could not be determined",
 	CodeStoreUnavailable: "Idempotency store unavailable",
+	CodeKeyNotFound:      "No record of this Idempotency-Key",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter > 0

@@ -73,7 +73,7 @@ type record struct {
 
 // statements is the edge's SQL, rendered for the schema once.
 type statements struct {
-	claim, claimTx, lookup, complete, completeTx, release, released, renew, prune, inProgress string
+	claim, claimTx, lookup, complete, completeTx, release, released, renew, prune, inProgress, status string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
@@ -207,6 +207,7 @@ func renderStatements(schema string) statements {
 		renew:      pgsql.Render(renewSQL, schema),
 		prune:      pgsql.Render(pruneSQL, schema),
 		inProgress: pgsql.Render(inProgressSQL, schema),
+		status:     pgsql.Render(statusSQL, schema),
 	}
 }
 
