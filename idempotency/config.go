@@ -150,6 +150,12 @@ type Route struct {
 	// (and replayed) or the key released so a retry executes. Defaults to
 	// DefaultStore.
 	Store func(status int) bool
+	// NewKeysPerMinute bounds the new keys one scope (Tenant) may create per
+	// minute in this process, in bursts of as many: a request whose key
+	// would be one too many answers 429 IDEMPOTENCY_KEY_RATE_LIMITED with
+	// Retry-After, runs nothing and stores nothing. Retries of known keys
+	// are never limited. Defaults to 0: no limit.
+	NewKeysPerMinute int
 }
 
 // DefaultReplayHeaders are the response headers replayed unless a Route says
@@ -211,7 +217,7 @@ func (r *Route) validate() error {
 	case r.Tenant == nil:
 		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
 		return err
 	}
 	if r.Lease < 3*time.Millisecond {

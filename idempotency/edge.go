@@ -49,8 +49,27 @@ type route struct {
 	// a wait for another lock timed out.
 	lockTimeout, patientLockTimeout string
 
+	keys *keyLimiter // new keys per scope (NewKeysPerMinute); nil: no limit
+
 	mu      sync.Mutex
 	waiting map[recordID]int // requests waiting (Wait) on each in-progress key
+}
+
+// overKeyLimit reports whether a newly claimed key (its token 1: not a
+// takeover) is one too many for its scope, and answers 429 if so; the
+// caller then drops the claim.
+func (rt *route) overKeyLimit(w http.ResponseWriter, id recordID, token int64) bool {
+	if token != 1 {
+		return false
+	}
+	ok, after := rt.keys.allow(id.tenant, time.Now())
+	if ok {
+		return false
+	}
+	rt.count(OutcomeRateLimited)
+	writeProblem(w, http.StatusTooManyRequests, CodeKeyFlood,
+		"this caller creates new Idempotency-Keys faster than the operation allows; retry later", max(int((after+time.Second-1)/time.Second), 1))
+	return true
 }
 
 // startWaiting takes one of the key's MaxWaiters places to wait on it; false
@@ -101,7 +120,7 @@ func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
 	// waits (Wait) tries again later, holding no connection meanwhile. A
 	// claim that timed out on another lock than a row's tries again waiting
 	// a second.
-	rt := &route{e: e, cfg: rc, waiting: map[recordID]int{},
+	rt := &route{e: e, cfg: rc, waiting: map[recordID]int{}, keys: newKeyLimiter(rc.NewKeysPerMinute),
 		lockTimeout:        "SET LOCAL lock_timeout = 1",
 		patientLockTimeout: fmt.Sprintf("SET LOCAL lock_timeout = %d", otherLockWait.Milliseconds()),
 	}

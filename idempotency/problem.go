@@ -37,6 +37,7 @@ var problemTitles = map[string]string{
 	CodeScopeRejected:    "Request scope could not be determined",
 	CodeStoreUnavailable: "Idempotency store unavailable",
 	CodeKeyNotFound:      "No record of this Idempotency-Key",
+	CodeKeyFlood:         "Too many new Idempotency-Keys",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter > 0

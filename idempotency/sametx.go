@@ -62,6 +62,11 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 			}
 		}
 		if claimed {
+			if rt.overKeyLimit(w, id, token) {
+				_ = tx.Rollback(context.WithoutCancel(ctx)) // nothing stored
+				conn.Release()
+				return
+			}
 			rt.runSameTx(next, w, r, id, fp, conn, tx, token)
 			return
 		}

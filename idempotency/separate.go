@@ -40,6 +40,14 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
 			micros(rt.cfg.Lease), micros(rt.cfg.TTL)).Scan(&token, &recoveries)
 		if err == nil {
+			if rt.overKeyLimit(w, id, token) {
+				// Nothing is to be stored: the fresh claim goes.
+				if _, err := rt.e.db.Exec(context.WithoutCancel(ctx), rt.e.sql.unclaim, id.tenant, id.operation, id.stored(), token); err != nil {
+					rt.e.log.Error("idempotency: dropping a rate-limited claim failed; it expires with its lease",
+						"operation", id.operation, "key_hash", keyHash(id), "error", err)
+				}
+				return
+			}
 			rt.runSeparate(next, w, r, id, token, recoveries > 0)
 			return
 		}

@@ -73,7 +73,7 @@ type record struct {
 
 // statements is the edge's SQL, rendered for the schema once.
 type statements struct {
-	claim, claimTx, lookup, complete, completeTx, release, released, renew, prune, inProgress, status string
+	claim, claimTx, lookup, complete, completeTx, release, released, unclaim, renew, prune, inProgress, status string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
@@ -154,6 +154,11 @@ UPDATE {schema}.idempotency_keys SET state = 'released', locked_until = NULL,
 	expires_at = now() + $5 * interval '1 microsecond'
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
 
+// unclaimSQL drops a fresh claim that is not to run (rate-limited).
+const unclaimSQL = `
+DELETE FROM {schema}.idempotency_keys
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+
 // releasedSQL records, after a same-transaction request rolled back
 // without a stored response, that its key was used with its fingerprint:
 // unless another request holds the key by now (or the key was released
@@ -204,6 +209,7 @@ func renderStatements(schema string) statements {
 		completeTx: pgsql.Render(completeTxSQL, schema),
 		release:    pgsql.Render(releaseSQL, schema),
 		released:   pgsql.Render(releasedSQL, schema),
+		unclaim:    pgsql.Render(unclaimSQL, schema),
 		renew:      pgsql.Render(renewSQL, schema),
 		prune:      pgsql.Render(pruneSQL, schema),
 		inProgress: pgsql.Render(inProgressSQL, schema),
