@@ -122,6 +122,18 @@ type Route struct {
 	SharedScope bool
 	// TTL is how long a completed response is replayed. Defaults to 24 hours.
 	TTL time.Duration
+	// KeyTTL is how long the key's meaning (its fingerprint, status and
+	// times) is kept, from its completion: after TTL, and until KeyTTL, a
+	// retry under the key is refused with 422 IDEMPOTENCY_KEY_EXPIRED (the
+	// operation ran; its response is no longer kept), or runs as new with
+	// RunExpiredRetries; another body under it is still refused as reused.
+	// The response itself is emptied at TTL. Defaults to 7×TTL; at least
+	// TTL.
+	KeyTTL time.Duration
+	// RunExpiredRetries runs a retry whose response expired (after TTL,
+	// before KeyTTL) as a new request instead of refusing it. Defaults to
+	// false.
+	RunExpiredRetries bool
 	// MaxBodyBytes bounds the request body the middleware reads to fingerprint
 	// it; a larger body answers 413 and creates no record. Defaults to 1 MiB.
 	MaxBodyBytes int64
@@ -187,6 +199,7 @@ func (r *Route) withDefaults() Route {
 		rc.Tenant = func(*http.Request) (string, error) { return "", nil }
 	}
 	rc.TTL = cmp.Or(rc.TTL, 24*time.Hour)
+	rc.KeyTTL = cmp.Or(rc.KeyTTL, 7*rc.TTL)
 	rc.MaxBodyBytes = cmp.Or(rc.MaxBodyBytes, 1<<20)
 	rc.RetryAfter = cmp.Or(rc.RetryAfter, time.Second)
 	rc.MaxWaiters = cmp.Or(rc.MaxWaiters, 4)
@@ -217,8 +230,11 @@ func (r *Route) validate() error {
 	case r.Tenant == nil:
 		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
 		return err
+	}
+	if r.KeyTTL < r.TTL {
+		return bad("KeyTTL", "%v is below TTL (%v)", r.KeyTTL, r.TTL)
 	}
 	if r.Lease < 3*time.Millisecond {
 		return bad("Lease", "%v is below 3ms", r.Lease)

@@ -43,6 +43,7 @@ func TestRouteValidate(t *testing.T) {
 		{"Operation", Route{}, "required"},
 		{"Mode", Route{Operation: "op", SharedScope: true, Mode: 7}, "unknown mode 7"},
 		{"TTL", Route{Operation: "op", SharedScope: true, TTL: -1}, "-1ns is negative"},
+		{"KeyTTL", Route{Operation: "op", SharedScope: true, TTL: time.Hour, KeyTTL: time.Minute}, "1m0s is below TTL (1h0m0s)"},
 		{"MaxBodyBytes", Route{Operation: "op", SharedScope: true, MaxBodyBytes: -1}, "-1 is negative"},
 		{"Wait", Route{Operation: "op", SharedScope: true, Wait: -1}, "-1ns is negative"},
 		{"RetryAfter", Route{Operation: "op", SharedScope: true, RetryAfter: -1}, "-1ns is negative"},

@@ -229,6 +229,12 @@ func (rt *route) answerExisting(w http.ResponseWriter, id recordID, fp []byte, r
 			"this Idempotency-Key was used with a different request; use a new key for a new request", 0)
 		return true
 	}
+	if rec.bodyExpired {
+		rt.count(OutcomeExpired)
+		writeProblem(w, http.StatusUnprocessableEntity, CodeKeyExpired,
+			"the request under this Idempotency-Key ran, and its response is no longer kept; use a new key for a new request", 0)
+		return true
+	}
 	if rec.state == StateInProgress {
 		rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rec.age.Seconds())
 		if waitMore {

@@ -18,6 +18,7 @@ const (
 	OutcomeBypass             = "bypass"               // optional route, no key: handler ran unguarded
 	OutcomeRejected           = "rejected"             // tenant rejected or body too large: no record
 	OutcomeError              = "error"                // the store failed
+	OutcomeExpired            = "expired"              // 422: a retry after its response expired (TTL), before KeyTTL
 	OutcomeRateLimited        = "rate_limited"         // 429: a new key over its scope's NewKeysPerMinute: nothing stored
 )
 

@@ -16,6 +16,7 @@ const (
 	CodeBodyUnreadable   = "REQUEST_BODY_UNREADABLE"
 	CodeScopeRejected    = "IDEMPOTENCY_SCOPE_REJECTED"
 	CodeStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
+	CodeKeyExpired       = "IDEMPOTENCY_KEY_EXPIRED"
 )
 
 // problem is an RFC 9457 problem details object with a stable code.
@@ -38,6 +39,7 @@ var problemTitles = map[string]string{
 	CodeStoreUnavailable: "Idempotency store unavailable",
 	CodeKeyNotFound:      "No record of this Idempotency-Key",
 	CodeKeyFlood:         "Too many new Idempotency-Keys",
+	CodeKeyExpired:       "Idempotency-Key expired",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter > 0

@@ -9,10 +9,11 @@ import (
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
-// Prune runs one retention pass: it deletes expired completed records (past
-// their Route.TTL), Config.RetentionBatch rows per statement and at most
-// Config.RetentionRate rows per second, until none is left, and returns how
-// many it deleted.
+// Prune runs one retention pass: it deletes expired completed and released
+// records (past their Route.KeyTTL), Config.RetentionBatch rows per statement
+// and at most Config.RetentionRate rows per second, until none is left, and
+// returns how many it deleted; it also empties the response bodies past
+// their Route.TTL.
 // In-progress records are never touched, whatever their age. It also
 // refreshes the in-progress gauges.
 func (e *Edge) Prune(ctx context.Context) (int64, error) {
@@ -26,6 +27,17 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 		}
 		total += n
 		e.m.cleanedTotal.Add(float64(n))
+		if n < int64(e.cfg.RetentionBatch) {
+			break
+		}
+	}
+	// Response bodies past their lifetime (TTL) are emptied; their records
+	// keep the key's meaning (status, headers, times) until KeyTTL.
+	for {
+		var n int64
+		if err := q.QueryRow(ctx, e.sql.purgeBodies, e.cfg.RetentionBatch).Scan(&n); err != nil {
+			return total, fmt.Errorf("idempotency: prune responses: %w", err)
+		}
 		if n < int64(e.cfg.RetentionBatch) {
 			break
 		}

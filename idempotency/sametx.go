@@ -115,13 +115,13 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(lockTimeout)
-	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.TTL)).QueryRow(func(row pgx.Row) error {
+	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries).QueryRow(func(row pgx.Row) error {
 		var status *int32
 		var headers []byte
 		var age float64
 		var state *string
 		var got record
-		err := row.Scan(&claimed, &token, &got.fingerprint, &state, &status, &headers, &got.body, &got.sealed, &age)
+		err := row.Scan(&claimed, &token, &got.fingerprint, &state, &status, &headers, &got.body, &got.sealed, &age, &got.bodyExpired)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -201,7 +201,7 @@ func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int
 	b := &pgx.Batch{}
 	var stored, committed bool
 	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.stored(), token, rw.code(), headers, body, sealed,
-		micros(rt.cfg.TTL)).Exec(func(pgconn.CommandTag) error {
+		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL)).Exec(func(pgconn.CommandTag) error {
 		stored = true
 		return nil
 	})

@@ -38,7 +38,7 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 		var token int64
 		var recoveries int32
 		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
-			micros(rt.cfg.Lease), micros(rt.cfg.TTL)).Scan(&token, &recoveries)
+			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries).Scan(&token, &recoveries)
 		if err == nil {
 			if rt.overKeyLimit(w, id, token) {
 				// Nothing is to be stored: the fresh claim goes.
@@ -115,7 +115,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	if err == nil {
 		var tag pgconn.CommandTag
 		tag, err = rt.e.db.Exec(bg, rt.e.sql.complete, id.tenant, id.operation, id.stored(), token,
-			rw.code(), headers, body, sealed, micros(rt.cfg.TTL))
+			rw.code(), headers, body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL))
 		if err == nil && tag.RowsAffected() == 0 {
 			rt.e.m.fenced.WithLabelValues(id.operation).Inc()
 			rt.e.log.Warn("idempotency: claim was recovered by another request; response not stored",

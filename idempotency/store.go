@@ -69,11 +69,12 @@ type record struct {
 	body        []byte
 	sealed      bool
 	age         time.Duration
+	bodyExpired bool // completed, and its response is past its lifetime (Route.TTL)
 }
 
 // statements is the edge's SQL, rendered for the schema once.
 type statements struct {
-	claim, claimTx, lookup, complete, completeTx, release, released, unclaim, renew, prune, inProgress, status string
+	claim, claimTx, lookup, complete, completeTx, release, released, unclaim, renew, prune, purgeBodies, inProgress, status string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
@@ -97,10 +98,12 @@ ON CONFLICT (tenant, operation, key) DO UPDATE SET
 	response_body    = NULL,
 	body_sealed      = false,
 	completed_at     = NULL,
+	body_expires_at  = NULL,
 	expires_at       = EXCLUDED.expires_at
 WHERE (k.state = 'in_progress' AND k.locked_until < now() AND k.fingerprint = EXCLUDED.fingerprint)
    OR (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
    OR (k.state <> 'in_progress' AND k.expires_at <= now())
+   OR ($7 AND k.state = 'completed' AND k.body_expires_at <= now())
 RETURNING token, recoveries`
 
 // claimTxSQL claims inside the handler's transaction, or returns the record
@@ -114,28 +117,31 @@ WITH ins AS (
 	ON CONFLICT (tenant, operation, key) DO UPDATE SET
 		fingerprint = EXCLUDED.fingerprint, token = k.token + 1, recoveries = 0, created_at = now(),
 		state = 'in_progress', locked_until = NULL, status_code = NULL, response_headers = NULL,
-		response_body = NULL, body_sealed = false, completed_at = NULL, expires_at = EXCLUDED.expires_at
+		response_body = NULL, body_sealed = false, completed_at = NULL, body_expires_at = NULL,
+		expires_at = EXCLUDED.expires_at
 	WHERE (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
 	   OR (k.state <> 'in_progress' AND k.expires_at <= now())
+	   OR ($6 AND k.state = 'completed' AND k.body_expires_at <= now())
 	RETURNING token
 )
-SELECT true, token, NULL::bytea, NULL::text, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::float8 FROM ins
+SELECT true, token, NULL::bytea, NULL::text, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::float8, false FROM ins
 UNION ALL
 SELECT false, token, fingerprint, state, status_code, response_headers, response_body, body_sealed,
-	extract(epoch FROM now() - created_at)::float8
+	extract(epoch FROM now() - created_at)::float8, coalesce(body_expires_at <= now(), false)
 FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND NOT EXISTS (SELECT FROM ins)`
 
 const lookupSQL = `
 SELECT fingerprint, state, status_code, response_headers, response_body, body_sealed,
-	extract(epoch FROM now() - created_at)::float8
+	extract(epoch FROM now() - created_at)::float8, coalesce(body_expires_at <= now(), false)
 FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND (state = 'in_progress' OR expires_at > now())`
 
 const completeSQL = `
 UPDATE {schema}.idempotency_keys SET
 	state = 'completed', status_code = $5, response_headers = $6, response_body = $7, body_sealed = $8,
-	completed_at = now(), expires_at = now() + $9 * interval '1 microsecond', locked_until = NULL
+	completed_at = now(), expires_at = now() + $9 * interval '1 microsecond', locked_until = NULL,
+	body_expires_at = now() + $10 * interval '1 microsecond'
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
 
 // completeTxSQL stores the response inside the handler's transaction and
@@ -153,6 +159,21 @@ const releaseSQL = `
 UPDATE {schema}.idempotency_keys SET state = 'released', locked_until = NULL,
 	expires_at = now() + $5 * interval '1 microsecond'
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+
+// purgeBodiesSQL empties up to $1 completed records' response bodies past
+// their lifetime (body_expires_at), keeping the key's meaning (status,
+// headers with the resource's Location) until expires_at, and returns how
+// many it emptied.
+const purgeBodiesSQL = `
+WITH emptied AS (
+	UPDATE {schema}.idempotency_keys SET response_body = NULL
+	WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM {schema}.idempotency_keys
+		WHERE response_body IS NOT NULL AND body_expires_at <= now()
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED))
+	RETURNING 1)
+SELECT count(*) FROM emptied`
 
 // unclaimSQL drops a fresh claim that is not to run (rate-limited).
 const unclaimSQL = `
@@ -202,18 +223,19 @@ FROM {schema}.idempotency_keys WHERE state = 'in_progress'`
 
 func renderStatements(schema string) statements {
 	return statements{
-		claim:      pgsql.Render(claimSQL, schema),
-		claimTx:    pgsql.Render(claimTxSQL, schema),
-		lookup:     pgsql.Render(lookupSQL, schema),
-		complete:   pgsql.Render(completeSQL, schema),
-		completeTx: pgsql.Render(completeTxSQL, schema),
-		release:    pgsql.Render(releaseSQL, schema),
-		released:   pgsql.Render(releasedSQL, schema),
-		unclaim:    pgsql.Render(unclaimSQL, schema),
-		renew:      pgsql.Render(renewSQL, schema),
-		prune:      pgsql.Render(pruneSQL, schema),
-		inProgress: pgsql.Render(inProgressSQL, schema),
-		status:     pgsql.Render(statusSQL, schema),
+		claim:       pgsql.Render(claimSQL, schema),
+		claimTx:     pgsql.Render(claimTxSQL, schema),
+		lookup:      pgsql.Render(lookupSQL, schema),
+		complete:    pgsql.Render(completeSQL, schema),
+		completeTx:  pgsql.Render(completeTxSQL, schema),
+		release:     pgsql.Render(releaseSQL, schema),
+		released:    pgsql.Render(releasedSQL, schema),
+		unclaim:     pgsql.Render(unclaimSQL, schema),
+		purgeBodies: pgsql.Render(purgeBodiesSQL, schema),
+		renew:       pgsql.Render(renewSQL, schema),
+		prune:       pgsql.Render(pruneSQL, schema),
+		inProgress:  pgsql.Render(inProgressSQL, schema),
+		status:      pgsql.Render(statusSQL, schema),
 	}
 }
 
@@ -225,7 +247,7 @@ func scanRecord(row pgx.Row, rec *record) error {
 	var status *int32
 	var headers []byte
 	var age float64
-	if err := row.Scan(&rec.fingerprint, &rec.state, &status, &headers, &rec.body, &rec.sealed, &age); err != nil {
+	if err := row.Scan(&rec.fingerprint, &rec.state, &status, &headers, &rec.body, &rec.sealed, &age, &rec.bodyExpired); err != nil {
 		return err
 	}
 	return rec.fill(status, headers, age)
