@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/cfgerr"
+	"github.com/oncekit/oncekit/internal/httpretry"
 	"github.com/oncekit/oncekit/internal/redact"
 	"github.com/oncekit/oncekit/internal/untrusted"
 	"github.com/oncekit/oncekit/sideeffect"
@@ -332,33 +333,11 @@ func (p *Provider) Call(ctx context.Context, c sideeffect.Call) (string, error) 
 
 // Retryable reports whether a non-2xx status is indefinite: 408, 409, 425,
 // 429 and every 5xx. Every other status is definite.
-func Retryable(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
-		return true
-	}
-	return code >= 500
-}
+func Retryable(code int) bool { return httpretry.Retryable(code) }
 
 // ParseRetryAfter reads a Retry-After value: delay seconds or an HTTP date
 // (a date in the past means zero).
-func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 {
-			return 0, false
-		}
-		return time.Duration(min(secs, int64(365*24*3600))) * time.Second, true
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	return max(t.Sub(now), 0), true
-}
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) { return httpretry.After(v, now) }
 
 // snippet is the start of an error body, for StatusError: made valid UTF-8
 // and cut on a character boundary (a provider's error page is untrusted).

@@ -1,0 +1,119 @@
+package idempotency
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/rand"
+	"fmt"
+	"io"
+	mathrand "math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/oncekit/oncekit/internal/httpretry"
+)
+
+// Transport is the client side of the edge's contract, an http.RoundTripper:
+// it sends one Idempotency-Key with every attempt of a request (the request's
+// own, or a new one per request when it has none), retries a POST or PATCH
+// whose answer is lost or "not now" (a transport error, 408, 409 in
+// progress, 425, 429, 5xx) with bounded, jittered backoff, and honours
+// Retry-After. Any other answer, 422 IDEMPOTENCY_KEY_REUSED and the other
+// 4xx among them, is returned at once. A request that must survive a
+// process restart sets its key itself, kept with the intent (docs/clients.md).
+type Transport struct {
+	// Base sends each attempt. Defaults to http.DefaultTransport.
+	Base http.RoundTripper
+	// MaxAttempts bounds the attempts per request. Defaults to 5.
+	MaxAttempts int
+	// MinBackoff and MaxBackoff bound the wait between attempts: full
+	// jitter up to MinBackoff doubled per attempt, at most MaxBackoff; a
+	// Retry-After up to MaxRetryAfter wins. Default to 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// MaxRetryAfter caps the wait a Retry-After may ask for; a longer one
+	// ends the retries and returns the answer. Defaults to 30s.
+	MaxRetryAfter time.Duration
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if req.Method != http.MethodPost && req.Method != http.MethodPatch {
+		return base.RoundTrip(req)
+	}
+	key := req.Header.Get(HeaderKey)
+	if key == "" {
+		key = rand.Text() // one new intent: one key for all its attempts
+	}
+	body, err := replayableBody(req)
+	if err != nil {
+		return nil, err
+	}
+	attempts := cmp.Or(t.MaxAttempts, 5)
+	minB, maxB := cmp.Or(t.MinBackoff, 100*time.Millisecond), cmp.Or(t.MaxBackoff, 5*time.Second)
+	maxRA := cmp.Or(t.MaxRetryAfter, 30*time.Second)
+	for attempt := 1; ; attempt++ {
+		r := req.Clone(req.Context())
+		r.Header.Set(HeaderKey, key)
+		if body != nil {
+			if r.Body, err = body(); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := base.RoundTrip(r)
+		if err == nil && !httpretry.Retryable(resp.StatusCode) {
+			return resp, nil
+		}
+		delay := backoff(minB, maxB, attempt)
+		if err == nil {
+			if d, ok := httpretry.After(resp.Header.Get("Retry-After"), time.Now()); ok {
+				if d > maxRA {
+					return resp, nil // asked to wait longer than allowed: the caller decides
+				}
+				delay = d
+			}
+		}
+		if attempt >= attempts || req.Context().Err() != nil {
+			return resp, err
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			_ = resp.Body.Close()
+		}
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// replayableBody returns a function that opens the request's body afresh
+// for each attempt, or nil for a request without one.
+func replayableBody(req *http.Request) (func() (io.ReadCloser, error), error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	if req.GetBody != nil {
+		return req.GetBody, nil
+	}
+	b, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: Transport: read the body: %w", err)
+	}
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
+}
+
+// backoff is full jitter: a random wait up to min doubled attempt-1 times,
+// at most max.
+func backoff(minD, maxD time.Duration, attempt int) time.Duration {
+	d := minD
+	for i := 1; i < attempt && d < maxD; i++ {
+		d *= 2
+	}
+	return time.Duration(mathrand.Int64N(int64(min(d, maxD)) + 1))
+}
