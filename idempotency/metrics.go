@@ -31,6 +31,7 @@ type metrics struct {
 	inProgress   prometheus.Gauge
 	oldestAge    prometheus.Gauge
 	cleanedTotal prometheus.Counter
+	cleanupLag   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -57,10 +58,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		oldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "in_progress_oldest_age_seconds", Help: "Age of the oldest in_progress record at the last Prune."}),
 		cleanedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "cleanup_deleted_total", Help: "Expired completed records deleted by Prune."}),
+			Name: "cleanup_deleted_total", Help: "Expired completed and released records deleted by Prune."}),
+		cleanupLag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "cleanup_lag_seconds", Help: "How long the oldest expired record had waited for deletion at the end of the last Prune (0: none)."}),
 	}
 	if err := promshare.RegisterAlone(reg, "idempotency: Config.Registerer", "Edge",
-		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal); err != nil {
+		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal, m.cleanupLag); err != nil {
 		return nil, err
 	}
 	return m, nil

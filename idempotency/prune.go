@@ -49,6 +49,11 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	}
 	e.m.inProgress.Set(float64(count))
 	e.m.oldestAge.Set(oldest)
+	var lag float64
+	if err := e.db.QueryRow(ctx, e.sql.cleanupLag).Scan(&lag); err != nil {
+		return total, fmt.Errorf("idempotency: prune: cleanup lag: %w", err)
+	}
+	e.m.cleanupLag.Set(lag)
 	return total, nil
 }
 

@@ -74,7 +74,7 @@ type record struct {
 
 // statements is the edge's SQL, rendered for the schema once.
 type statements struct {
-	claim, claimTx, lookup, complete, completeTx, release, released, unclaim, renew, prune, purgeBodies, inProgress, status string
+	claim, claimTx, lookup, complete, completeTx, release, released, unclaim, renew, prune, purgeBodies, inProgress, status, cleanupLag string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
@@ -175,6 +175,12 @@ WITH emptied AS (
 	RETURNING 1)
 SELECT count(*) FROM emptied`
 
+// cleanupLagSQL is how long the oldest expired record has waited for
+// deletion, in seconds (0: none); the expiry index answers it.
+const cleanupLagSQL = `
+SELECT coalesce(extract(epoch FROM now() - min(expires_at)), 0)::float8
+FROM {schema}.idempotency_keys WHERE state <> 'in_progress' AND expires_at <= now()`
+
 // unclaimSQL drops a fresh claim that is not to run (rate-limited).
 const unclaimSQL = `
 DELETE FROM {schema}.idempotency_keys
@@ -236,6 +242,7 @@ func renderStatements(schema string) statements {
 		prune:       pgsql.Render(pruneSQL, schema),
 		inProgress:  pgsql.Render(inProgressSQL, schema),
 		status:      pgsql.Render(statusSQL, schema),
+		cleanupLag:  pgsql.Render(cleanupLagSQL, schema),
 	}
 }
 
