@@ -89,6 +89,8 @@ var brokenCrashPoints = map[string]map[string][]string{
 	"edge-stores-after-commit": {"api": {"idempotency.before-store"}},          // payment committed, response not stored
 	"relay-marks-before-ack":   {"relay": {"payments.marked-not-published"}},   // marked published, not yet sent
 	"call-before-fired":        {"dispatch": {"payments.called-not-recorded"}}, // called, attempt not committed
+	"ack-before-commit":        {"consume": {"inbox.before-commit"}},           // acked, not committed
+	"claim-apart":              {"consume": {"inbox.before-commit"}},           // claimed, work not committed
 }
 
 const schema = "payments"
