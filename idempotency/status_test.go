@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,22 @@ func TestStatusResourceAnswersTheCallersRecordOnly(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code, "another scope's key is not found")
 	code, _ = get("", "pay-1")
 	require.Equal(t, http.StatusForbidden, code, "no caller, no scope")
+}
+
+// Hostile keys on the status resource get 400, never a lookup or a 5xx:
+// NUL, control characters, invalid UTF-8, an oversize key.
+func TestStatusResourceRefusesHostileKeys(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate}, nil)
+	status, err := h.edge.StatusHandler(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader})
+	require.NoError(t, err)
+	for _, key := range []string{"a\x00b", "a\x01b\x7f", "\xff\xfe", strings.Repeat("k", 4096), ""} {
+		req := httptest.NewRequest(http.MethodGet, "/idempotency/x", nil)
+		req.SetPathValue("key", key)
+		req.Header.Set("X-Tenant", "acme")
+		rec := httptest.NewRecorder()
+		status.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusBadRequest, rec.Code, "%q", key)
+		require.Contains(t, rec.Body.String(), idempotency.CodeInvalidKey)
+	}
 }
