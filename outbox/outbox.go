@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
@@ -222,12 +223,12 @@ func withTrace(h map[string]string, tc tracecontext.Carrier) map[string]string {
 
 // partitionCount returns the number of partitions, read from the
 // database once (relay_partitions, which the migrations fill).
-func (o *Outbox) partitionCount(ctx context.Context, tx pgx.Tx) (int, error) {
+func (o *Outbox) partitionCount(ctx context.Context, q oncekit.Querier) (int, error) {
 	if n := o.partitions.Load(); n > 0 {
 		return int(n), nil
 	}
 	var n int32
-	if err := tx.QueryRow(ctx, o.sql.partitions).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, o.sql.partitions).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: read the partition count: %w", err)
 	}
 	if n < 1 {

@@ -3,7 +3,6 @@ package outbox
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -92,7 +91,7 @@ type Relay struct {
 	probeCh chan struct{}
 	running atomic.Bool
 
-	partitions atomic.Int32 // read from the database once (partitionCount)
+	ob *Outbox // its schema, and the partition count it read once
 
 	mu      sync.Mutex
 	workers map[int]*worker
@@ -128,6 +127,7 @@ func NewRelay(pool oncekit.Pool, ob *Outbox, pub broker.Publisher, cfg *RelayCon
 	}
 	return &Relay{
 		pool:    pool,
+		ob:      ob,
 		pub:     pub,
 		cfg:     c,
 		sql:     renderRelaySQL(schema),
@@ -197,7 +197,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
-	r.log.Info("relay started", "partitions", r.partitions.Load(), "batch", r.cfg.BatchSize, "poll_only", r.cfg.PollOnly)
+	r.log.Info("relay started", "partitions", r.ob.partitions.Load(), "batch", r.cfg.BatchSize, "poll_only", r.cfg.PollOnly)
 	var wg sync.WaitGroup
 	loops := []func(context.Context){r.probeLoop, r.pruneLoop, r.statsLoop}
 	if !r.cfg.PollOnly {
@@ -220,21 +220,9 @@ func (r *Relay) setup(ctx context.Context) error {
 	return err
 }
 
-// partitionCount returns the number of partitions, read from the database
-// once (relay_partitions, which the migrations fill).
+// partitionCount is the outbox's partition count, read once.
 func (r *Relay) partitionCount(ctx context.Context) (int, error) {
-	if n := r.partitions.Load(); n > 0 {
-		return int(n), nil
-	}
-	var n int32
-	if err := r.pool.QueryRow(ctx, r.sql.partitions).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: read the partition count: %w", err)
-	}
-	if n < 1 {
-		return 0, errors.New("outbox: relay_partitions is empty: run the migrations")
-	}
-	r.partitions.Store(n)
-	return int(n), nil
+	return r.ob.partitionCount(ctx, r.pool)
 }
 
 // shutdown stops every worker after its batch, releases the leases and

@@ -78,7 +78,7 @@ func (r *Relay) balance(ctx context.Context) {
 		r.mu.Unlock()
 	}
 
-	share := (int(r.partitions.Load()) + live - 1) / live
+	share := (int(r.ob.partitions.Load()) + live - 1) / live
 	r.mu.Lock()
 	active := make([]int, 0, len(r.workers))
 	for p, w := range r.workers {
@@ -131,7 +131,7 @@ func (r *Relay) heldPartitions() []int32 {
 }
 
 func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
-	rows, err := r.pool.Query(ctx, r.sql.acquire, r.cfg.ID, r.cfg.Lease.Seconds(), n, int(r.partitions.Load()))
+	rows, err := r.pool.Query(ctx, r.sql.acquire, r.cfg.ID, r.cfg.Lease.Seconds(), n, int(r.ob.partitions.Load()))
 	if err != nil {
 		r.log.Warn("acquiring partitions failed", "err", err)
 		return
@@ -213,9 +213,9 @@ func (r *Relay) workerDone(w *worker) {
 // writer uses more partitions than this relay.
 func (r *Relay) checkPartitions(ctx context.Context) {
 	var beyond bool
-	if err := r.pool.QueryRow(ctx, r.sql.partitionsBeyond, int(r.partitions.Load())).Scan(&beyond); err != nil || !beyond {
+	if err := r.pool.QueryRow(ctx, r.sql.partitionsBeyond, int(r.ob.partitions.Load())).Scan(&beyond); err != nil || !beyond {
 		return
 	}
 	r.log.Error("the outbox holds rows in partitions this relay does not serve: relay_partitions changed while it ran; restart the relays",
-		"partitions", int(r.partitions.Load()))
+		"partitions", int(r.ob.partitions.Load()))
 }

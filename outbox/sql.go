@@ -140,7 +140,7 @@ var backlogByPartitionSQL = unpublishedSQL + `
 
 // relaySQL holds the relay's statements, rendered once for a schema.
 type relaySQL struct {
-	partitions, partitionsBeyond                   string
+	partitionsBeyond                               string
 	heartbeat, acquire, renew, release, removeNode string
 	probe, fetch, fetchMain, advance, settle       string
 	prune                                          string
@@ -150,7 +150,6 @@ type relaySQL struct {
 
 func renderRelaySQL(schema string) relaySQL {
 	q := relaySQL{
-		partitions:       partitionsSQL,
 		partitionsBeyond: `SELECT EXISTS (SELECT 1 FROM {schema}.outbox WHERE partition >= $1)`,
 
 		// Heartbeat, forget dead nodes, count the live ones (dead: no
@@ -354,7 +353,7 @@ func renderRelaySQL(schema string) relaySQL {
 	}
 	q.listen = "LISTEN " + pgx.Identifier{NotifyChannel(schema)}.Sanitize()
 	for _, p := range []*string{
-		&q.partitions, &q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
+		&q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
 		&q.removeNode, &q.probe, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.prune, &q.oldest, &q.parked,
 	} {
 		*p = pgsql.Render(*p, schema)
