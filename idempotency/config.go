@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -162,6 +163,58 @@ type Route struct {
 	// (and replayed) or the key released so a retry executes. Defaults to
 	// DefaultStore.
 	Store func(status int) bool
+	// Reconcile, when set, decides what became of a request whose outcome
+	// the edge cannot prove: a claim whose owner died (its lease ran out),
+	// or a record the handler left unknown (Unknown). The next request with
+	// the same key and body takes the claim over, as one request, and calls
+	// Reconcile instead of the handler; its Verdict settles the record (see
+	// Verdict). Without Reconcile, a dead owner's claim is recovered by
+	// running the handler again, and an unknown record waits for an
+	// operator (Edge.Resolve). Separate mode only.
+	Reconcile func(w http.ResponseWriter, r *http.Request, u Unsettled) Verdict
+	// StatusPath is where the route's status resource (StatusHandler) is
+	// mounted, with "{key}" standing for the key, for instance
+	// "/idempotency/create-payment/{key}": an unknown answer links to it.
+	// Defaults to "": no link.
+	StatusPath string
+	// ResponseVersion is the version of the shape of the route's responses,
+	// stored with each. Raise it when a deploy changes that shape. Defaults
+	// to 0.
+	ResponseVersion int
+	// UpgradeResponse, when set, is called before replaying a response
+	// stored under an older ResponseVersion (from): it may rewrite the
+	// response in place to the current shape, or return an error to refuse
+	// the replay, which answers 422 IDEMPOTENCY_RESPONSE_OUTDATED (linking
+	// the resource's Location when the response had one). Defaults to nil:
+	// a response is replayed as it was stored, whatever its version.
+	UpgradeResponse func(resp *StoredResponse, from int) error
+	// Command, when set, returns the request's validated command (defaults
+	// applied, unknown fields dropped, the API version included), which is
+	// fingerprinted instead of the raw body, so that two spellings of one
+	// command are one request and a deploy that changes defaults does not
+	// turn honest retries into mismatches. JSON is fingerprinted in its
+	// canonical form. An error answers 400 REQUEST_BODY_INVALID with the
+	// error's text and creates no record. Defaults to nil: the raw body.
+	Command func(r *http.Request, body []byte) ([]byte, error)
+	// BusinessKey, when set, returns the request's business key: the
+	// client's own identity of the operation (an account and a merchant
+	// reference, say), "" for none. A request under a new Idempotency-Key
+	// whose business key an earlier operation holds does not run: it gets
+	// that operation's stored response when the two requests are the same,
+	// or 409 BUSINESS_KEY_REUSED (with the resource's Location as a Link)
+	// otherwise, and 409 in progress while the first one runs. The
+	// business key is kept (as a digest) for BusinessKeyTTL, past the
+	// Idempotency-Key's own expiry, and freed when its request is released.
+	// An error answers 400 REQUEST_BODY_INVALID. Defaults to nil.
+	BusinessKey func(r *http.Request, body []byte) (string, error)
+	// BusinessKeyTTL is how long a business key is kept from its first use.
+	// Defaults to 30 days, or KeyTTL when that is longer; at least KeyTTL.
+	BusinessKeyTTL time.Duration
+	// BusinessKeyConflict answers a request reusing a business key with 409
+	// BUSINESS_KEY_REUSED even when it is the same request as the first
+	// operation's, instead of replaying that operation's response. Defaults
+	// to false.
+	BusinessKeyConflict bool
 	// NewKeysPerMinute bounds the new keys one scope (Tenant) may create per
 	// minute in this process, in bursts of as many: a request whose key
 	// would be one too many answers 429 IDEMPOTENCY_KEY_RATE_LIMITED with
@@ -200,6 +253,7 @@ func (r *Route) withDefaults() Route {
 	}
 	rc.TTL = cmp.Or(rc.TTL, 24*time.Hour)
 	rc.KeyTTL = cmp.Or(rc.KeyTTL, 7*rc.TTL)
+	rc.BusinessKeyTTL = cmp.Or(rc.BusinessKeyTTL, max(30*24*time.Hour, rc.KeyTTL))
 	rc.MaxBodyBytes = cmp.Or(rc.MaxBodyBytes, 1<<20)
 	rc.RetryAfter = cmp.Or(rc.RetryAfter, time.Second)
 	rc.MaxWaiters = cmp.Or(rc.MaxWaiters, 4)
@@ -230,11 +284,20 @@ func (r *Route) validate() error {
 	case r.Tenant == nil:
 		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "KeyTTL", "BusinessKeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute", "ResponseVersion"); err != nil {
 		return err
 	}
 	if r.KeyTTL < r.TTL {
 		return bad("KeyTTL", "%v is below TTL (%v)", r.KeyTTL, r.TTL)
+	}
+	if r.BusinessKeyTTL < r.KeyTTL {
+		return bad("BusinessKeyTTL", "%v is below KeyTTL (%v)", r.BusinessKeyTTL, r.KeyTTL)
+	}
+	if r.Reconcile != nil && r.Mode != Separate {
+		return bad("Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")
+	}
+	if r.StatusPath != "" && strings.Count(r.StatusPath, "{key}") != 1 {
+		return bad("StatusPath", "%q must hold {key} once", r.StatusPath)
 	}
 	if r.Lease < 3*time.Millisecond {
 		return bad("Lease", "%v is below 3ms", r.Lease)

@@ -192,13 +192,36 @@ func (rt *route) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		writeProblem(w, http.StatusBadRequest, CodeBodyUnreadable, "the body could not be read", 0)
 		return
 	}
-	id := recordID{tenant: tenant, operation: rt.cfg.Operation, key: key}
-	fp := Fingerprint(r.Method, rt.cfg.Operation, r.URL.RequestURI(), r.Header.Get("Content-Type"), body)
+	fp, ok := rt.fingerprint(w, r, body)
+	if !ok {
+		return
+	}
+	business, ok := rt.businessKeyOf(w, r, body)
+	if !ok {
+		return
+	}
+	id := recordID{tenant: tenant, operation: rt.cfg.Operation, key: key, business: business}
 	if rt.cfg.Mode == SameTx {
 		rt.serveSameTx(next, w, r, id, fp)
 		return
 	}
 	rt.serveSeparate(next, w, r, id, fp)
+}
+
+// fingerprint returns the request's fingerprint: of its body, or of the
+// validated command Route.Command returns, answering 400 (and reporting
+// false) when Command refuses the request.
+func (rt *route) fingerprint(w http.ResponseWriter, r *http.Request, body []byte) ([]byte, bool) {
+	if rt.cfg.Command == nil {
+		return Fingerprint(r.Method, rt.cfg.Operation, r.URL.RequestURI(), r.Header.Get("Content-Type"), body), true
+	}
+	cmd, err := rt.cfg.Command(r, body)
+	if err != nil {
+		rt.count(OutcomeRejected)
+		writeProblem(w, http.StatusBadRequest, CodeBodyInvalid, err.Error(), 0)
+		return nil, false
+	}
+	return Fingerprint(r.Method, rt.cfg.Operation, r.URL.RequestURI(), "application/json", cmd), true
 }
 
 // readBody reads at most limit bytes of the body and puts a re-readable copy
@@ -235,6 +258,10 @@ func (rt *route) answerExisting(w http.ResponseWriter, id recordID, fp []byte, r
 			"the request under this Idempotency-Key ran, and its response is no longer kept; use a new key for a new request", 0)
 		return true
 	}
+	if rec.state == StateUnknown {
+		rt.answerUnknown(w, id)
+		return true
+	}
 	if rec.state == StateInProgress {
 		rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rec.age.Seconds())
 		if waitMore {
@@ -256,9 +283,43 @@ func (rt *route) answerExisting(w http.ResponseWriter, id recordID, fp []byte, r
 		}
 		body = opened
 	}
-	rt.count(OutcomeReplayed)
-	replay(w, rec, body)
+	rt.replayStored(w, rec, body, OutcomeReplayed)
 	return true
+}
+
+// StoredResponse is a stored response, as Route.UpgradeResponse receives
+// it.
+type StoredResponse struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+}
+
+// replayStored replays a completed record's response (body, opened),
+// through Route.UpgradeResponse when it was stored under an older
+// ResponseVersion, and counts outcome.
+func (rt *route) replayStored(w http.ResponseWriter, rec *record, body []byte, outcome string) {
+	if rec.version < rt.cfg.ResponseVersion && rt.cfg.UpgradeResponse != nil {
+		resp := &StoredResponse{StatusCode: rec.status, Header: rec.headers.Clone(), Body: body}
+		if resp.Header == nil {
+			resp.Header = http.Header{}
+		}
+		if err := rt.cfg.UpgradeResponse(resp, rec.version); err != nil {
+			rt.count(OutcomeOutdated)
+			location := rec.headers.Get("Location")
+			if location != "" {
+				w.Header().Set("Link", "<"+location+`>; rel="related"`)
+			}
+			writeProblemAt(w, http.StatusUnprocessableEntity, CodeResponseOutdated,
+				"the request under this Idempotency-Key ran; its stored response is of a shape this service no longer serves", location, 0)
+			return
+		}
+		upgraded := *rec
+		upgraded.status, upgraded.headers = resp.StatusCode, resp.Header
+		rec, body = &upgraded, resp.Body
+	}
+	rt.count(outcome)
+	replay(w, rec, body)
 }
 
 func (rt *route) retryAfterSeconds() int {

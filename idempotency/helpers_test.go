@@ -44,6 +44,9 @@ type harness struct {
 	// event, when set, writes the payment's event in the claim's transaction
 	// (SameTx mode).
 	event func(ctx context.Context, tx pgx.Tx, paymentID uuid.UUID) error
+	// provider, when set, is charged for each payment after its row is
+	// written; a charge whose answer is lost ends the request unknown.
+	provider *fakeProvider
 }
 
 // tenantErr is the error the tests' tenant extractor returns without a tenant.
@@ -89,8 +92,11 @@ func newHarnessOn(t *testing.T, db *testenv.DB, route idempotency.Route, cfg *id
 	}
 	mw, err := h.edge.Route(&route)
 	require.NoError(t, err)
+	status, err := h.edge.StatusHandler(&route)
+	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", mw(http.HandlerFunc(h.createPayment(h.db.Pool))))
+	mux.Handle("GET /idempotency/{key}", status)
 	h.srv = httptest.NewServer(mux)
 	t.Cleanup(h.srv.Close)
 	return h
@@ -143,6 +149,13 @@ func (h *harness) createPayment(pool *pgxpool.Pool) http.HandlerFunc {
 			return
 		}
 		crashpoint.Hit("idempotency.mid-handler") // crash tests: die after the write, inside the handler
+		if h.provider != nil {
+			if err := h.provider.charge(r.Context(), id.String()); err != nil {
+				_ = idempotency.Unknown(r, "charge: "+err.Error())
+				http.Error(w, "the provider did not answer", http.StatusBadGateway)
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Location", "/payments/"+id.String())
 		w.Header().Set("ETag", fmt.Sprintf(`"%d"`, h.runs.Load()))

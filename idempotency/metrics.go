@@ -20,6 +20,10 @@ const (
 	OutcomeError              = "error"                // the store failed
 	OutcomeExpired            = "expired"              // 422: a retry after its response expired (TTL), before KeyTTL
 	OutcomeRateLimited        = "rate_limited"         // 429: a new key over its scope's NewKeysPerMinute: nothing stored
+	OutcomeUnknown            = "unknown"              // 409: the request's outcome is unknown (Unknown), until settled
+	OutcomeReconciled         = "reconciled"           // an unsettled claim taken over and given to Route.Reconcile
+	OutcomeBusinessKey        = "business_key"         // a new key with a known business key: the first operation's answer
+	OutcomeOutdated           = "outdated"             // 422: UpgradeResponse refused a stored response's version
 )
 
 type metrics struct {
@@ -32,6 +36,10 @@ type metrics struct {
 	oldestAge    prometheus.Gauge
 	cleanedTotal prometheus.Counter
 	cleanupLag   prometheus.Gauge
+	unknown      *prometheus.CounterVec
+	reconciled   *prometheus.CounterVec
+	unsettled    *prometheus.GaugeVec
+	unsettledAge *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -61,9 +69,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cleanup_deleted_total", Help: "Expired completed and released records deleted by Prune."}),
 		cleanupLag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "cleanup_lag_seconds", Help: "How long the oldest expired record had waited for deletion at the end of the last Prune (0: none)."}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "unknown_outcomes_total", Help: "Requests whose handler or reconciliation left the outcome unknown, by operation."},
+			[]string{"operation"}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "reconciled_total", Help: "Unsettled records given to Route.Reconcile, by operation and verdict (settled, run_again, still_unknown)."},
+			[]string{"operation", "verdict"}),
+		unsettled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "unsettled_records", Help: "Records waiting for an outcome at the last Prune, by operation and state (in_progress, unknown)."},
+			[]string{"operation", "state"}),
+		unsettledAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "unsettled_oldest_age_seconds", Help: "Age of the oldest record waiting for an outcome at the last Prune, by operation and state."},
+			[]string{"operation", "state"}),
 	}
 	if err := promshare.RegisterAlone(reg, "idempotency: Config.Registerer", "Edge",
-		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal, m.cleanupLag); err != nil {
+		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal, m.cleanupLag,
+		m.unknown, m.reconciled, m.unsettled, m.unsettledAge); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -3,20 +3,24 @@ package idempotency
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 )
 
 // Problem codes written in the "code" member of problem+json answers.
 const (
-	CodeMissingKey       = "MISSING_IDEMPOTENCY_KEY"
-	CodeInvalidKey       = "INVALID_IDEMPOTENCY_KEY"
-	CodeKeyReused        = "IDEMPOTENCY_KEY_REUSED"
-	CodeInProgress       = "IDEMPOTENCY_REQUEST_IN_PROGRESS"
-	CodeBodyTooLarge     = "REQUEST_BODY_TOO_LARGE"
-	CodeBodyUnreadable   = "REQUEST_BODY_UNREADABLE"
-	CodeScopeRejected    = "IDEMPOTENCY_SCOPE_REJECTED"
-	CodeStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
-	CodeKeyExpired       = "IDEMPOTENCY_KEY_EXPIRED"
+	CodeMissingKey        = "MISSING_IDEMPOTENCY_KEY"
+	CodeInvalidKey        = "INVALID_IDEMPOTENCY_KEY"
+	CodeKeyReused         = "IDEMPOTENCY_KEY_REUSED"
+	CodeInProgress        = "IDEMPOTENCY_REQUEST_IN_PROGRESS"
+	CodeBodyTooLarge      = "REQUEST_BODY_TOO_LARGE"
+	CodeBodyUnreadable    = "REQUEST_BODY_UNREADABLE"
+	CodeScopeRejected     = "IDEMPOTENCY_SCOPE_REJECTED"
+	CodeStoreUnavailable  = "IDEMPOTENCY_STORE_UNAVAILABLE"
+	CodeKeyExpired        = "IDEMPOTENCY_KEY_EXPIRED"
+	CodeBodyInvalid       = "REQUEST_BODY_INVALID"
+	CodeBusinessKeyReused = "BUSINESS_KEY_REUSED"
+	CodeResponseOutdated  = "IDEMPOTENCY_RESPONSE_OUTDATED"
 )
 
 // problem is an RFC 9457 problem details object with a stable code.
@@ -25,26 +29,38 @@ type problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
-	Code   string `json:"code"`
+	// Instance is where to follow the matter up: the status resource of an
+	// unknown outcome, the resource of a reused business key.
+	Instance string `json:"instance,omitempty"`
+	Code     string `json:"code"`
 }
 
 var problemTitles = map[string]string{
-	CodeMissingKey:       "Idempotency-Key header is required",
-	CodeInvalidKey:       "Idempotency-Key header is malformed",
-	CodeKeyReused:        "Idempotency-Key was used for a different request",
-	CodeInProgress:       "A request with this Idempotency-Key is in progress",
-	CodeBodyTooLarge:     "Request body too large",
-	CodeBodyUnreadable:   "Request body could not be read",
-	CodeScopeRejected:    "Request scope could not be determined",
-	CodeStoreUnavailable: "Idempotency store unavailable",
-	CodeKeyNotFound:      "No record of this Idempotency-Key",
-	CodeKeyFlood:         "Too many new Idempotency-Keys",
-	CodeKeyExpired:       "Idempotency-Key expired",
+	CodeMissingKey:        "Idempotency-Key header is required",
+	CodeInvalidKey:        "Idempotency-Key header is malformed",
+	CodeKeyReused:         "Idempotency-Key was used for a different request",
+	CodeInProgress:        "A request with this Idempotency-Key is in progress",
+	CodeBodyTooLarge:      "Request body too large",
+	CodeBodyUnreadable:    "Request body could not be read",
+	CodeScopeRejected:     "Request scope could not be determined",
+	CodeStoreUnavailable:  "Idempotency store unavailable",
+	CodeKeyNotFound:       "No record of this Idempotency-Key",
+	CodeKeyFlood:          "Too many new Idempotency-Keys",
+	CodeKeyExpired:        "Idempotency-Key expired",
+	CodeOutcomeUnknown:    "The outcome of the request is unknown",
+	CodeBodyInvalid:       "Request body is invalid",
+	CodeBusinessKeyReused: "The operation was already requested under another Idempotency-Key",
+	CodeResponseOutdated:  "The stored response is no longer served",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter > 0
 // adds a Retry-After header in whole seconds.
 func writeProblem(w http.ResponseWriter, status int, code, detail string, retryAfterSec int) {
+	writeProblemAt(w, status, code, detail, "", retryAfterSec)
+}
+
+// writeProblemAt is writeProblem with the problem's instance.
+func writeProblemAt(w http.ResponseWriter, status int, code, detail, instance string, retryAfterSec int) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
@@ -53,10 +69,14 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string, retryA
 	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(problem{
-		Type:   "about:blank",
-		Title:  problemTitles[code],
-		Status: status,
-		Detail: detail,
-		Code:   code,
+		Type:     "about:blank",
+		Title:    problemTitles[code],
+		Status:   status,
+		Detail:   detail,
+		Instance: instance,
+		Code:     code,
 	})
 }
+
+// pathEscapeKey is key as a path segment.
+func pathEscapeKey(key string) string { return url.PathEscape(key) }

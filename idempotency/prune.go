@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/internal/wait"
 )
@@ -42,6 +44,19 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 			break
 		}
 	}
+	// Business keys past their lifetime (Route.BusinessKeyTTL) go too.
+	for {
+		var n int64
+		if err := q.QueryRow(ctx, e.sql.pruneBusinessKeys, e.cfg.RetentionBatch).Scan(&n); err != nil {
+			return total, fmt.Errorf("idempotency: prune business keys: %w", err)
+		}
+		if n < int64(e.cfg.RetentionBatch) {
+			break
+		}
+	}
+	if err := e.measureUnsettled(ctx); err != nil {
+		return total, err
+	}
 	var count int64
 	var oldest float64
 	if err := e.db.QueryRow(ctx, e.sql.inProgress).Scan(&count, &oldest); err != nil {
@@ -69,5 +84,34 @@ func (e *Edge) Run(ctx context.Context) error {
 			e.log.Debug("idempotency: prune", "deleted", n)
 		}
 	})
+	return nil
+}
+
+// measureUnsettled refreshes the gauges of the records waiting for an
+// outcome, per operation and state.
+func (e *Edge) measureUnsettled(ctx context.Context) error {
+	rows, err := e.db.Query(ctx, e.sql.unsettled)
+	if err != nil {
+		return fmt.Errorf("idempotency: prune: count unsettled: %w", err)
+	}
+	type gauge struct {
+		operation, state string
+		count            int64
+		age              float64
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (gauge, error) {
+		var g gauge
+		err := row.Scan(&g.operation, &g.state, &g.count, &g.age)
+		return g, err
+	})
+	if err != nil {
+		return fmt.Errorf("idempotency: prune: count unsettled: %w", err)
+	}
+	e.m.unsettled.Reset()
+	e.m.unsettledAge.Reset()
+	for _, g := range got {
+		e.m.unsettled.WithLabelValues(g.operation, g.state).Set(float64(g.count))
+		e.m.unsettledAge.WithLabelValues(g.operation, g.state).Set(g.age)
+	}
 	return nil
 }

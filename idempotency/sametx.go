@@ -67,6 +67,14 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 				conn.Release()
 				return
 			}
+			if id.business != "" {
+				if held, err := rt.claimBusinessKeyTx(ctx, tx, id, fp); held || err != nil {
+					_ = tx.Rollback(context.WithoutCancel(ctx)) // nothing stored
+					conn.Release()
+					rt.answerBusinessKeyTx(w, r, id, fp, err)
+					return
+				}
+			}
 			rt.runSameTx(next, w, r, id, fp, conn, tx, token)
 			return
 		}
@@ -121,7 +129,9 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 		var age float64
 		var state *string
 		var got record
-		err := row.Scan(&claimed, &token, &got.fingerprint, &state, &status, &headers, &got.body, &got.sealed, &age, &got.bodyExpired)
+		dest := got.dest(&status, &headers, &age)
+		dest[1] = &state // NULL in a claim's row
+		err := row.Scan(append([]any{&claimed, &token}, dest...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -160,9 +170,13 @@ func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Req
 	bg := context.WithoutCancel(r.Context())
 	rt.count(OutcomeNew)
 	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: token}
-	ctx := context.WithValue(withInfo(r.Context(), info), txKey{}, pgx.Tx(ownedTx{tx}))
+	ctx, out := withOutcome(context.WithValue(withInfo(r.Context(), info), txKey{}, pgx.Tx(ownedTx{tx})))
 	rw, panicked := runHandler(next, r.WithContext(ctx))
 
+	if out.unknown && panicked == nil {
+		rt.commitUnknown(bg, w, id, conn, tx, token, out.reason)
+		return
+	}
 	if panicked != nil || !rt.cfg.Store(rw.code()) {
 		_ = tx.Rollback(bg)
 		// The claim went with the rollback: the key keeps the body it was
@@ -201,7 +215,7 @@ func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int
 	b := &pgx.Batch{}
 	var stored, committed bool
 	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.stored(), token, rw.code(), headers, body, sealed,
-		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL)).Exec(func(pgconn.CommandTag) error {
+		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL), rt.cfg.ResponseVersion, rt.businessLocation(rw)).Exec(func(pgconn.CommandTag) error {
 		stored = true
 		return nil
 	})
@@ -216,4 +230,27 @@ func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int
 		return fmt.Errorf("store and commit: stored=%v committed=%v", stored, committed)
 	}
 	return nil
+}
+
+// commitUnknown commits the handler's writes with the record unknown
+// (reason), and answers so.
+func (rt *route) commitUnknown(ctx context.Context, w http.ResponseWriter, id recordID, conn *pgxpool.Conn, tx pgx.Tx, token int64, reason string) {
+	rt.e.m.unknown.WithLabelValues(id.operation).Inc()
+	rt.e.log.Warn("idempotency: the request's outcome is unknown", "operation", id.operation,
+		"key_hash", keyHash(id), "token", token, "reason", reason)
+	b := &pgx.Batch{}
+	b.Queue(rt.e.sql.unknownTx, id.tenant, id.operation, id.stored(), token, reason, micros(rt.cfg.KeyTTL))
+	b.Queue("COMMIT")
+	err := tx.SendBatch(ctx, b).Close()
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		_ = tx.Rollback(ctx)
+	}
+	conn.Release()
+	if err != nil {
+		// Nothing committed, or the commit's outcome is lost: the retry
+		// finds the record unknown, or runs the request again.
+		rt.storeFailed(w, id, fmt.Errorf("record the unknown outcome: %w", err))
+		return
+	}
+	rt.answerUnknown(w, id)
 }

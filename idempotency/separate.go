@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/wait"
@@ -35,20 +35,17 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		var token int64
-		var recoveries int32
+		var c separateClaim
 		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
-			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries).Scan(&token, &recoveries)
+			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, rt.cfg.Reconcile != nil).
+			Scan(&c.token, &c.recoveries, &c.reason, &c.wasUnknown)
 		if err == nil {
-			if rt.overKeyLimit(w, id, token) {
+			if rt.overKeyLimit(w, id, c.token) || !rt.claimBusinessKeyApart(w, r, id, fp) {
 				// Nothing is to be stored: the fresh claim goes.
-				if _, err := rt.e.db.Exec(context.WithoutCancel(ctx), rt.e.sql.unclaim, id.tenant, id.operation, id.stored(), token); err != nil {
-					rt.e.log.Error("idempotency: dropping a rate-limited claim failed; it expires with its lease",
-						"operation", id.operation, "key_hash", keyHash(id), "error", err)
-				}
+				rt.unclaim(ctx, id, c.token)
 				return
 			}
-			rt.runSeparate(next, w, r, id, token, recoveries > 0)
+			rt.runSeparate(next, w, r, id, c)
 			return
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -82,41 +79,105 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 	}
 }
 
-// runSeparate runs the handler as the claim's owner (token).
-func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, token int64, recovered bool) {
-	outcome := OutcomeNew
-	if recovered {
-		outcome = OutcomeRecovered
-		rt.e.log.Warn("idempotency: recovered an abandoned claim; re-running the handler",
-			"operation", id.operation, "key_hash", keyHash(id), "token", token)
+// separateClaim is what a Separate-mode claim returns.
+type separateClaim struct {
+	token      int64
+	recoveries int32
+	reason     string // the unknown's, when the claim took over one
+	wasUnknown bool   // the claim took over an unknown record (or one being reconciled)
+}
+
+// unclaim drops a fresh claim whose request is not to run.
+func (rt *route) unclaim(ctx context.Context, id recordID, token int64) {
+	if _, err := rt.e.db.Exec(context.WithoutCancel(ctx), rt.e.sql.unclaim, id.tenant, id.operation, id.stored(), token); err != nil {
+		rt.e.log.Error("idempotency: dropping a claim that is not to run failed; it expires with its lease",
+			"operation", id.operation, "key_hash", keyHash(id), "error", err)
 	}
-	rt.count(outcome)
+}
+
+// runSeparate runs the handler as the claim's owner, or, for a recovered
+// claim on a route that reconciles, Route.Reconcile first.
+func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, c separateClaim) {
+	recovered := c.recoveries > 0
 	crashpoint.Hit("idempotency.after-claim")
 
 	bg := context.WithoutCancel(r.Context())
 	hctx, cancel := context.WithCancelCause(r.Context())
-	stopRenew := rt.renewLease(hctx, cancel, id, token)
-	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: token, Recovered: recovered}
-	rw, panicked := runHandler(next, r.WithContext(withInfo(hctx, info)))
-	stopRenew()
-	cancel(nil)
+	defer cancel(nil)
+	stopRenew := rt.renewLease(hctx, cancel, id, c.token)
+	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: c.token, Recovered: recovered}
+	hctx, out := withOutcome(withInfo(hctx, info))
+	req := r.WithContext(hctx)
 
-	if panicked != nil || !rt.cfg.Store(rw.code()) {
-		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.stored(), token, micros(rt.cfg.TTL)); err != nil {
+	if recovered && rt.cfg.Reconcile != nil {
+		rt.count(OutcomeReconciled)
+		u := Unsettled{Info: info, State: StateInProgress, Reason: c.reason}
+		if c.wasUnknown {
+			u.State = StateUnknown
+		}
+		rw, verdict, panicked := rt.reconcile(req, u)
+		rt.e.m.reconciled.WithLabelValues(id.operation, verdict.String()).Inc()
+		switch {
+		case panicked != nil:
+			stopRenew()
+			rt.settleUnknown(bg, w, id, c.token, storableReason(fmt.Sprint("reconcile panicked: ", panicked)))
+			panic(panicked)
+		case verdict == Settled:
+			stopRenew()
+			rt.store(bg, w, id, c.token, rw)
+			return
+		case verdict != RunAgain:
+			stopRenew()
+			reason := cmp.Or(out.reason, c.reason, "reconcile could not settle it")
+			rt.settleUnknown(bg, w, id, c.token, reason)
+			return
+		}
+		rt.e.log.Info("idempotency: reconcile says the request had no effect; running the handler",
+			"operation", id.operation, "key_hash", keyHash(id), "token", c.token)
+		*out = outcome{}
+	} else if recovered {
+		rt.count(OutcomeRecovered)
+		rt.e.log.Warn("idempotency: recovered an abandoned claim; re-running the handler",
+			"operation", id.operation, "key_hash", keyHash(id), "token", c.token)
+	} else {
+		rt.count(OutcomeNew)
+	}
+	rw, panicked := runHandler(next, req)
+	stopRenew()
+
+	switch {
+	case out.unknown && panicked == nil:
+		rt.settleUnknown(bg, w, id, c.token, out.reason)
+		return
+	case panicked != nil || !rt.cfg.Store(rw.code()):
+		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.stored(), c.token,
+			micros(rt.cfg.TTL), rt.cfg.BusinessKey != nil); err != nil {
 			// The lease runs out and a retry recovers the claim.
 			rt.e.log.Error("idempotency: release failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
 		}
 		rt.answerReleased(w, id, rw, panicked)
 		return
 	}
-
 	crashpoint.Hit("idempotency.before-store")
+	rt.store(bg, w, id, c.token, rw)
+}
+
+// reconcile runs Route.Reconcile with a recorder.
+func (rt *route) reconcile(r *http.Request, u Unsettled) (rw *recorder, v Verdict, panicked any) {
+	rw = newRecorder()
+	defer func() { panicked = recover() }()
+	return rw, rt.cfg.Reconcile(rw, r, u), nil
+}
+
+// store stores rw's response under the claim (token) and sends it.
+func (rt *route) store(ctx context.Context, w http.ResponseWriter, id recordID, token int64, rw *recorder) {
 	headers, body, sealed, err := rt.encode(id, rw)
 	if err == nil {
-		var tag pgconn.CommandTag
-		tag, err = rt.e.db.Exec(bg, rt.e.sql.complete, id.tenant, id.operation, id.stored(), token,
-			rw.code(), headers, body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL))
-		if err == nil && tag.RowsAffected() == 0 {
+		var n int64
+		err = rt.e.db.QueryRow(ctx, rt.e.sql.complete, id.tenant, id.operation, id.stored(), token,
+			rw.code(), headers, body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL),
+			rt.cfg.ResponseVersion, rt.businessLocation(rw)).Scan(&n)
+		if err == nil && n == 0 {
 			rt.e.m.fenced.WithLabelValues(id.operation).Inc()
 			rt.e.log.Warn("idempotency: claim was recovered by another request; response not stored",
 				"operation", id.operation, "key_hash", keyHash(id), "token", token)
@@ -131,6 +192,23 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 			"key_hash", keyHash(id), "error", err)
 	}
 	rw.sendTo(w)
+}
+
+// settleUnknown records the claim (token) as unknown with reason and
+// answers so.
+func (rt *route) settleUnknown(ctx context.Context, w http.ResponseWriter, id recordID, token int64, reason string) {
+	rt.e.m.unknown.WithLabelValues(id.operation).Inc()
+	rt.e.log.Warn("idempotency: the request's outcome is unknown", "operation", id.operation,
+		"key_hash", keyHash(id), "token", token, "reason", reason)
+	var n int64
+	if err := rt.e.db.QueryRow(ctx, rt.e.sql.unknown, id.tenant, id.operation, id.stored(), token, reason,
+		micros(rt.cfg.KeyTTL)).Scan(&n); err != nil {
+		// The claim stays in_progress: once its lease ends, the next retry
+		// recovers it (and reconciles, when the route does).
+		rt.e.log.Error("idempotency: recording the unknown outcome failed", "operation", id.operation,
+			"key_hash", keyHash(id), "error", err)
+	}
+	rt.answerUnknown(w, id)
 }
 
 // renewLease keeps the claim owned while the handler runs, renewing every

@@ -32,7 +32,7 @@ type Status struct {
 const statusSQL = `
 SELECT state, created_at, completed_at, expires_at, status_code, response_headers
 FROM {schema}.idempotency_keys
-WHERE tenant = $1 AND operation = $2 AND key = $3 AND (state = 'in_progress' OR expires_at > now())`
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
 
 // StatusHandler returns the status resource of r's operation, for a client
 // that lost an answer and would rather ask than retry: a GET with the key

@@ -21,19 +21,24 @@ import (
 type State string
 
 // The states of a record: claimed by a request that has not finished;
-// holding its stored response; or released by a request that ended without
+// holding its stored response; released by a request that ended without
 // one (a 5xx, 429, 401 or 403, a panic), keeping its fingerprint so that
-// the same body may run again and another is refused.
+// the same body may run again and another is refused; or unknown, when the
+// handler could not prove what its request did (Unknown) and a
+// reconciliation (Route.Reconcile) or an operator (Edge.Resolve) must
+// settle it.
 const (
 	StateInProgress State = "in_progress"
 	StateCompleted  State = "completed"
 	StateReleased   State = "released"
+	StateUnknown    State = "unknown"
 )
 
 // recordID is a record's primary key, with the key as the client sent it;
 // the table holds its digest (stored).
 type recordID struct {
 	tenant, operation, key string
+	business               string // the request's business key as stored ("" for none)
 }
 
 // stored is the key as idempotency_keys holds it: a SHA-256 digest, so
@@ -69,20 +74,26 @@ type record struct {
 	body        []byte
 	sealed      bool
 	age         time.Duration
-	bodyExpired bool // completed, and its response is past its lifetime (Route.TTL)
+	bodyExpired bool   // completed, and its response is past its lifetime (Route.TTL)
+	version     int    // the route's ResponseVersion when the response was stored
+	reason      string // unknown: why
 }
 
 // statements is the edge's SQL, rendered for the schema once.
 type statements struct {
-	claim, claimTx, lookup, complete, completeTx, release, released, unclaim, renew, prune, purgeBodies, inProgress, status, cleanupLag string
+	claim, claimTx, lookup, complete, completeTx, unknown, unknownTx, release, released, unclaim, renew, prune, purgeBodies string
+	inProgress, unsettled, status, cleanupLag, claimBusinessKey, businessKeyHolder, pruneBusinessKeys, resolve, listUnknown string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
 // in_progress record with the same fingerprint whose lease ran out (a
 // recovery: token and recoveries go up, so the old owner is fenced out),
-// (b) a released record with the same fingerprint, or (c) a completed or
-// released record past its expiry. Anything else returns no row. The
-// row lock ON CONFLICT takes makes the takeover happen for one request only.
+// (b) with $8 (the route reconciles), an unknown record with the same
+// fingerprint, likewise, (c) a released record with the same fingerprint,
+// or (d) a completed or released record past its expiry. Anything else
+// returns no row. The row lock ON CONFLICT takes makes the takeover happen
+// for one request only. A recovery keeps the unknown's reason, so that the
+// recovering request knows it takes over an unknown outcome.
 const claimSQL = `
 INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, locked_until, expires_at)
 VALUES ($1, $2, $3, $4, 'in_progress', now() + $5 * interval '1 microsecond', now() + $6 * interval '1 microsecond')
@@ -90,8 +101,9 @@ ON CONFLICT (tenant, operation, key) DO UPDATE SET
 	fingerprint      = EXCLUDED.fingerprint,
 	locked_until     = EXCLUDED.locked_until,
 	token            = k.token + 1,
-	recoveries       = CASE WHEN k.state = 'in_progress' THEN k.recoveries + 1 ELSE 0 END,
-	created_at       = CASE WHEN k.state = 'in_progress' THEN k.created_at ELSE now() END,
+	recoveries       = CASE WHEN k.state IN ('in_progress', 'unknown') THEN k.recoveries + 1 ELSE 0 END,
+	created_at       = CASE WHEN k.state IN ('in_progress', 'unknown') THEN k.created_at ELSE now() END,
+	unknown_reason   = CASE WHEN k.state IN ('in_progress', 'unknown') THEN k.unknown_reason END,
 	state            = 'in_progress',
 	status_code      = NULL,
 	response_headers = NULL,
@@ -101,10 +113,11 @@ ON CONFLICT (tenant, operation, key) DO UPDATE SET
 	body_expires_at  = NULL,
 	expires_at       = EXCLUDED.expires_at
 WHERE (k.state = 'in_progress' AND k.locked_until < now() AND k.fingerprint = EXCLUDED.fingerprint)
+   OR ($8 AND k.state = 'unknown' AND k.fingerprint = EXCLUDED.fingerprint)
    OR (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
-   OR (k.state <> 'in_progress' AND k.expires_at <= now())
+   OR (k.state IN ('completed', 'released') AND k.expires_at <= now())
    OR ($7 AND k.state = 'completed' AND k.body_expires_at <= now())
-RETURNING token, recoveries`
+RETURNING token, recoveries, coalesce(unknown_reason, ''), unknown_reason IS NOT NULL`
 
 // claimTxSQL claims inside the handler's transaction, or returns the record
 // that holds the key when it was committed before this statement began
@@ -118,44 +131,81 @@ WITH ins AS (
 		fingerprint = EXCLUDED.fingerprint, token = k.token + 1, recoveries = 0, created_at = now(),
 		state = 'in_progress', locked_until = NULL, status_code = NULL, response_headers = NULL,
 		response_body = NULL, body_sealed = false, completed_at = NULL, body_expires_at = NULL,
-		expires_at = EXCLUDED.expires_at
+		expires_at = EXCLUDED.expires_at, unknown_reason = NULL
 	WHERE (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
-	   OR (k.state <> 'in_progress' AND k.expires_at <= now())
+	   OR (k.state IN ('completed', 'released') AND k.expires_at <= now())
 	   OR ($6 AND k.state = 'completed' AND k.body_expires_at <= now())
 	RETURNING token
 )
-SELECT true, token, NULL::bytea, NULL::text, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::float8, false FROM ins
+SELECT true, token, NULL::bytea, NULL::text, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::float8, false, 0, '' FROM ins
 UNION ALL
-SELECT false, token, fingerprint, state, status_code, response_headers, response_body, body_sealed,
-	extract(epoch FROM now() - created_at)::float8, coalesce(body_expires_at <= now(), false)
+SELECT false, token, ` + recordColumns + `
 FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND NOT EXISTS (SELECT FROM ins)`
 
-const lookupSQL = `
-SELECT fingerprint, state, status_code, response_headers, response_body, body_sealed,
-	extract(epoch FROM now() - created_at)::float8, coalesce(body_expires_at <= now(), false)
-FROM {schema}.idempotency_keys
-WHERE tenant = $1 AND operation = $2 AND key = $3 AND (state = 'in_progress' OR expires_at > now())`
+// recordColumns are the columns scanRecord reads.
+const recordColumns = `fingerprint, state, status_code, response_headers, response_body, body_sealed,
+	extract(epoch FROM now() - created_at)::float8, coalesce(body_expires_at <= now(), false),
+	response_version, coalesce(unknown_reason, '')`
 
-const completeSQL = `
-UPDATE {schema}.idempotency_keys SET
-	state = 'completed', status_code = $5, response_headers = $6, response_body = $7, body_sealed = $8,
-	completed_at = now(), expires_at = now() + $9 * interval '1 microsecond', locked_until = NULL,
-	body_expires_at = now() + $10 * interval '1 microsecond'
-WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+// live is the condition of a record that still holds its key: unsettled
+// (whatever its age), or not yet expired.
+const live = `(state IN ('in_progress', 'unknown') OR expires_at > now())`
+
+const lookupSQL = `
+SELECT ` + recordColumns + `
+FROM {schema}.idempotency_keys
+WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
+
+// completeCTEs store the response ($5–$8, lifetimes $9 and $10, version
+// $11) under the claim's token and, for a route with business keys, the
+// resource's location ($12, ” for none) on the key's business key. u has
+// a row when the claim was still there to complete.
+const completeCTEs = `
+WITH bk AS (
+	UPDATE {schema}.idempotency_business_keys SET location = $12
+	WHERE $12 <> '' AND tenant = $1 AND operation = $2 AND key = $3),
+u AS (
+	UPDATE {schema}.idempotency_keys SET
+		state = 'completed', status_code = $5, response_headers = $6, response_body = $7, body_sealed = $8,
+		completed_at = now(), expires_at = now() + $9 * interval '1 microsecond', locked_until = NULL,
+		body_expires_at = now() + $10 * interval '1 microsecond', response_version = $11
+	WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'
+	RETURNING 1)`
+
+// completeSQL stores the response and returns 1, or 0 when the claim was
+// taken over (fenced).
+const completeSQL = completeCTEs + `
+SELECT count(*) FROM u`
 
 // completeTxSQL stores the response inside the handler's transaction and
 // fails (division by zero) when the claim row is not there to update, so the
 // COMMIT pipelined behind it turns into a rollback instead of committing the
 // handler's writes without their stored response.
-const completeTxSQL = `
-WITH u AS (` + completeSQL + `
-	RETURNING 1)
+const completeTxSQL = completeCTEs + `
+SELECT 1 / count(*) FROM u`
+
+// unknownSQL settles a claim as unknown, with why ($5), until an operator
+// or a reconciliation decides; it returns 1, or 0 when fenced.
+const unknownSQL = `
+WITH u AS (
+	UPDATE {schema}.idempotency_keys SET state = 'unknown', unknown_reason = $5, locked_until = NULL,
+		completed_at = now(), expires_at = now() + $6 * interval '1 microsecond'
+	WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'
+	RETURNING 1)`
+
+// unknownTxSQL is unknownSQL in the handler's transaction, failing when the
+// claim is not there (as completeTxSQL).
+const unknownTxSQL = unknownSQL + `
 SELECT 1 / count(*) FROM u`
 
 // releaseSQL keeps a claim whose request ended without a stored response
-// as released, with its fingerprint, until $5 (microseconds) from now.
+// as released, with its fingerprint, until $5 (microseconds) from now, and
+// frees the business key it took, if any: the operation did not happen.
 const releaseSQL = `
+WITH bk AS (
+	DELETE FROM {schema}.idempotency_business_keys
+	WHERE $6 AND tenant = $1 AND operation = $2 AND key = $3)
 UPDATE {schema}.idempotency_keys SET state = 'released', locked_until = NULL,
 	expires_at = now() + $5 * interval '1 microsecond'
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
@@ -179,7 +229,7 @@ SELECT count(*) FROM emptied`
 // deletion, in seconds (0: none); the expiry index answers it.
 const cleanupLagSQL = `
 SELECT coalesce(extract(epoch FROM now() - min(expires_at)), 0)::float8
-FROM {schema}.idempotency_keys WHERE state <> 'in_progress' AND expires_at <= now()`
+FROM {schema}.idempotency_keys WHERE state IN ('completed', 'released') AND expires_at <= now()`
 
 // unclaimSQL drops a fresh claim that is not to run (rate-limited).
 const unclaimSQL = `
@@ -214,11 +264,11 @@ WITH gone AS (
 	DELETE FROM {schema}.idempotency_keys
 	WHERE ctid = ANY(ARRAY(
 		SELECT ctid FROM {schema}.idempotency_keys
-		WHERE state <> 'in_progress' AND expires_at <= now() AND expires_at >= $2
+		WHERE state IN ('completed', 'released') AND expires_at <= now() AND expires_at >= $2
 		ORDER BY expires_at
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED))
-	AND state <> 'in_progress' AND expires_at <= now()
+	AND state IN ('completed', 'released') AND expires_at <= now()
 	RETURNING expires_at),
 async AS (SELECT set_config('synchronous_commit', 'off', true))
 SELECT count(*), coalesce(max(expires_at), $2) FROM gone, async`
@@ -227,6 +277,14 @@ const inProgressSQL = `
 SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 FROM {schema}.idempotency_keys WHERE state = 'in_progress'`
 
+// unsettledSQL counts the records waiting for an outcome (in progress or
+// unknown) and their oldest's age, per operation and state, on the
+// idempotency_keys_unsettled index.
+const unsettledSQL = `
+SELECT operation, state, count(*), extract(epoch FROM now() - min(created_at))::float8
+FROM {schema}.idempotency_keys WHERE state IN ('in_progress', 'unknown')
+GROUP BY operation, state`
+
 func renderStatements(schema string) statements {
 	return statements{
 		claim:       pgsql.Render(claimSQL, schema),
@@ -234,6 +292,8 @@ func renderStatements(schema string) statements {
 		lookup:      pgsql.Render(lookupSQL, schema),
 		complete:    pgsql.Render(completeSQL, schema),
 		completeTx:  pgsql.Render(completeTxSQL, schema),
+		unknown:     pgsql.Render(unknownSQL+`SELECT count(*) FROM u`, schema),
+		unknownTx:   pgsql.Render(unknownTxSQL, schema),
 		release:     pgsql.Render(releaseSQL, schema),
 		released:    pgsql.Render(releasedSQL, schema),
 		unclaim:     pgsql.Render(unclaimSQL, schema),
@@ -241,23 +301,34 @@ func renderStatements(schema string) statements {
 		renew:       pgsql.Render(renewSQL, schema),
 		prune:       pgsql.Render(pruneSQL, schema),
 		inProgress:  pgsql.Render(inProgressSQL, schema),
+		unsettled:   pgsql.Render(unsettledSQL, schema),
 		status:      pgsql.Render(statusSQL, schema),
 		cleanupLag:  pgsql.Render(cleanupLagSQL, schema),
+
+		claimBusinessKey:  pgsql.Render(claimBusinessKeySQL, schema),
+		businessKeyHolder: pgsql.Render(businessKeyHolderSQL, schema),
+		pruneBusinessKeys: pgsql.Render(pruneBusinessKeysSQL, schema),
+		resolve:           pgsql.Render(resolveSQL, schema),
+		listUnknown:       pgsql.Render(listUnknownSQL, schema),
 	}
 }
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
-// scanRecord fills a record from the columns fingerprint, state, status_code,
-// response_headers, response_body, body_sealed, age.
+// scanRecord fills a record from recordColumns.
 func scanRecord(row pgx.Row, rec *record) error {
 	var status *int32
 	var headers []byte
 	var age float64
-	if err := row.Scan(&rec.fingerprint, &rec.state, &status, &headers, &rec.body, &rec.sealed, &age, &rec.bodyExpired); err != nil {
+	if err := row.Scan(rec.dest(&status, &headers, &age)...); err != nil {
 		return err
 	}
 	return rec.fill(status, headers, age)
+}
+
+// dest lists where recordColumns scan to.
+func (rec *record) dest(status **int32, headers *[]byte, age *float64) []any {
+	return []any{&rec.fingerprint, &rec.state, status, headers, &rec.body, &rec.sealed, age, &rec.bodyExpired, &rec.version, &rec.reason}
 }
 
 func (rec *record) fill(status *int32, headers []byte, age float64) error {
@@ -276,7 +347,12 @@ func (rec *record) fill(status *int32, headers []byte, age float64) error {
 // lookup reads the live record for id; found is false when there is none
 // (never claimed, released, or expired).
 func (e *Edge) lookup(ctx context.Context, id recordID) (rec record, found bool, err error) {
-	err = scanRecord(e.db.QueryRow(ctx, e.sql.lookup, id.tenant, id.operation, id.stored()), &rec)
+	return e.lookupStored(ctx, id.tenant, id.operation, id.stored())
+}
+
+// lookupStored is lookup by the key's stored form.
+func (e *Edge) lookupStored(ctx context.Context, tenant, operation, stored string) (rec record, found bool, err error) {
+	err = scanRecord(e.db.QueryRow(ctx, e.sql.lookup, tenant, operation, stored), &rec)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rec, false, nil
 	}

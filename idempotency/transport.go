@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	mathrand "math/rand/v2"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/oncekit/oncekit/internal/httpretry"
@@ -18,9 +21,14 @@ import (
 // own, or a new one per request when it has none), retries a POST or PATCH
 // whose answer is lost or "not now" (a transport error, 408, 409 in
 // progress, 425, 429, 5xx) with bounded, jittered backoff, and honours
-// Retry-After. Any other answer, 422 IDEMPOTENCY_KEY_REUSED and the other
-// 4xx among them, is returned at once. A request that must survive a
-// process restart sets its key itself, kept with the intent (docs/clients.md).
+// Retry-After. An answer that the outcome is unknown (409
+// IDEMPOTENCY_OUTCOME_UNKNOWN) is not retried blindly: the Transport polls
+// the status resource it links (with the request's headers, its
+// credentials among them) until the record is settled, for at most
+// MaxUnknownWait, and then retries to get the settled answer. Any other
+// answer, 422 IDEMPOTENCY_KEY_REUSED and the other 4xx among them, is
+// returned at once. A request that must survive a process restart sets its
+// key itself, kept with the intent (docs/clients.md).
 type Transport struct {
 	// Base sends each attempt. Defaults to http.DefaultTransport.
 	Base http.RoundTripper
@@ -33,6 +41,9 @@ type Transport struct {
 	// MaxRetryAfter caps the wait a Retry-After may ask for; a longer one
 	// ends the retries and returns the answer. Defaults to 30s.
 	MaxRetryAfter time.Duration
+	// MaxUnknownWait bounds how long one unknown answer is followed on its
+	// status resource before it is returned as it is. Defaults to 1 minute.
+	MaxUnknownWait time.Duration
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -64,6 +75,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		resp, err := base.RoundTrip(r)
+		if err == nil && resp.StatusCode == http.StatusConflict {
+			if monitor, ok := unknownOutcome(resp, r.URL); ok {
+				if attempt >= attempts || !t.awaitSettled(req, base, monitor, minB, maxB) {
+					return resp, nil // still unknown: the caller decides
+				}
+				_ = resp.Body.Close()
+				continue // settled: the retry gets the answer
+			}
+		}
 		if err == nil && !httpretry.Retryable(resp.StatusCode) {
 			return resp, nil
 		}
@@ -116,4 +136,68 @@ func backoff(minD, maxD time.Duration, attempt int) time.Duration {
 		d *= 2
 	}
 	return time.Duration(mathrand.Int64N(int64(min(d, maxD)) + 1))
+}
+
+// unknownOutcome reports whether resp answers IDEMPOTENCY_OUTCOME_UNKNOWN
+// with a status resource to follow, and returns that resource's URL
+// (resolved against sent, the request's). It reads the body and puts it
+// back.
+func unknownOutcome(resp *http.Response, sent *url.URL) (*url.URL, bool) {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		return nil, false
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil {
+		return nil, false
+	}
+	var p struct {
+		Code     string `json:"code"`
+		Instance string `json:"instance"`
+	}
+	if json.Unmarshal(b, &p) != nil || p.Code != CodeOutcomeUnknown || p.Instance == "" {
+		return nil, false
+	}
+	ref, err := url.Parse(p.Instance)
+	if err != nil {
+		return nil, false
+	}
+	return sent.ResolveReference(ref), true
+}
+
+// awaitSettled polls the status resource at monitor, with req's headers,
+// until the record is no longer unknown or in progress (or is gone), and
+// reports whether it was settled within MaxUnknownWait.
+func (t *Transport) awaitSettled(req *http.Request, base http.RoundTripper, monitor *url.URL, minB, maxB time.Duration) bool {
+	ctx := req.Context()
+	deadline := time.Now().Add(cmp.Or(t.MaxUnknownWait, time.Minute))
+	for poll := 1; time.Now().Before(deadline); poll++ {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(min(backoff(minB, maxB, poll), time.Until(deadline))):
+		}
+		get, err := http.NewRequestWithContext(ctx, http.MethodGet, monitor.String(), nil)
+		if err != nil {
+			return false
+		}
+		get.Header = req.Header.Clone()
+		get.Header.Del("Content-Type")
+		get.Header.Del("Content-Length")
+		resp, err := base.RoundTrip(get)
+		if err != nil {
+			continue // lost: poll again
+		}
+		var st Status
+		decoded := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&st) == nil
+		_ = resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
+			return true // no record: the retry runs the request, or is told why not
+		case resp.StatusCode == http.StatusOK && decoded && st.State != StateUnknown && st.State != StateInProgress:
+			return true
+		}
+	}
+	return false
 }

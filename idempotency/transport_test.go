@@ -1,13 +1,18 @@
 package idempotency_test
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/idempotency"
@@ -137,6 +142,127 @@ func TestTransportAgainstTheEdge(t *testing.T) {
 			require.Equal(t, http.StatusCreated, resp.StatusCode)
 			require.EqualValues(t, 3, h.runs.Load())
 			require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM payments`))
+		})
+	}
+}
+
+// countingTransport counts the status resource's polls it sends, and
+// closes polled once it has sent three.
+type countingTransport struct {
+	base   http.RoundTripper
+	polls  atomic.Int64
+	polled chan struct{}
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && c.polls.Add(1) == 3 {
+		close(c.polled)
+	}
+	return c.base.RoundTrip(r)
+}
+
+// On an unknown outcome the Transport does not retry blindly: it polls the
+// status resource until an operator settles the record, and then gets the
+// settled answer with the same key.
+func TestTransportPollsTheStatusOfAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate, StatusPath: "/idempotency/{key}"}, nil)
+	h.provider = newFakeProvider(t)
+	h.provider.dropNext.Store(true)
+	counting := &countingTransport{base: http.DefaultTransport, polled: make(chan struct{})}
+	tr := &idempotency.Transport{Base: counting, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-counting.polled // the operator looks once the client has polled a few times
+		assert.NoError(t, h.edge.Resolve(context.Background(), h.db.Pool,
+			idempotency.Ref{Tenant: "acme", Operation: "create-payment", Key: "pay-1"},
+			idempotency.Resolution{State: idempotency.StateCompleted, Response: idempotency.StoredResponse{
+				StatusCode: http.StatusCreated, Body: []byte(`{"resolved":true}`)}},
+			idempotency.Decision{By: "ana", Note: "charged"}))
+	}()
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/payments", strings.NewReader(`{"amount":100}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Tenant", "acme")
+	req.Header.Set(idempotency.HeaderKey, "pay-1")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	<-done
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+	require.JSONEq(t, `{"resolved":true}`, string(body))
+	require.EqualValues(t, 1, h.runs.Load(), "the handler ran once")
+	require.GreaterOrEqual(t, counting.polls.Load(), int64(3))
+}
+
+// lossyProxy forwards every request to upstream and drops every fifth
+// answer after upstream gave it: the operation happened, the client heard
+// nothing.
+func lossyProxy(t *testing.T, upstream string) (url string, dropped *atomic.Int64) {
+	var n atomic.Int64
+	dropped = &atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.RequestURI(), r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out.Header = r.Header.Clone()
+		resp, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if n.Add(1)%5 == 0 {
+			dropped.Add(1)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, dropped
+}
+
+// N intents sent through the Transport to the edge, behind a proxy that
+// drops 20% of the answers, give exactly N operations, and every intent
+// gets its answer.
+func TestTransportThroughALossyProxy(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, idempotency.Route{Mode: mode}, nil)
+			proxy, dropped := lossyProxy(t, h.srv.URL)
+			client := &http.Client{Transport: &idempotency.Transport{MaxAttempts: 10, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}}
+			const intents = 50
+			for i := range intents {
+				req, err := http.NewRequest(http.MethodPost, proxy+"/payments", strings.NewReader(fmt.Sprintf(`{"amount":%d}`, i+1)))
+				require.NoError(t, err)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Tenant", "acme")
+				resp, err := client.Do(req)
+				require.NoError(t, err)
+				require.NoError(t, resp.Body.Close())
+				require.Equal(t, http.StatusCreated, resp.StatusCode)
+			}
+			require.GreaterOrEqual(t, dropped.Load(), int64(intents/5), "a fifth of the answers were lost")
+			require.EqualValues(t, intents, h.runs.Load(), "one operation per intent")
+			require.Equal(t, intents, count(t, h.db, `SELECT count(*) FROM payments`))
+			require.Equal(t, intents, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE state = 'completed'`))
 		})
 	}
 }

@@ -30,6 +30,7 @@ var commands = byName([]*command{
 	{name: "dispatch", summary: "run the side-effect dispatcher for kinds mapped to webhook endpoints", run: runDispatch},
 	{name: "dlq", summary: "list, show, replay or prune the inbox's dead letters (list | show | replay | prune)", usage: dlqUsage, subcommands: dlqSubcommands},
 	{name: "drift", summary: "check that the chain held: lag, stuck, failed and unknown effects, dead letters, rules", run: runDrift},
+	{name: "edge", summary: "list the edge's unknown and stuck records, resolve them (list | resolve)", usage: edgeUsage, subcommands: edgeSubcommands},
 	{name: "effects", summary: "list side effects, retry them, resolve unknown ones (list | retry | resolve | prune)", usage: effectsUsage, subcommands: effectsSubcommands},
 	{name: "migrate", summary: "apply, list or print the schema migrations (up | status | sql)", usage: "migrate up|status|sql [flags]", subcommands: migrateSubcommands},
 	{name: "outbox", summary: "inspect the outbox and unpark messages (list | parked | unpark)", usage: "outbox list|parked|unpark [flags] [ID...]", subcommands: outboxSubcommands},

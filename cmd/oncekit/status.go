@@ -97,6 +97,7 @@ type statusIdempotency struct {
 	InProgress          int64 `json:"in_progress"`
 	InProgressPastLease int64 `json:"in_progress_past_lease"`
 	Completed           int64 `json:"completed"`
+	Unknown             int64 `json:"unknown"`
 }
 
 // statusLimit bounds the rows of each list.
@@ -221,13 +222,15 @@ func readStatus(ctx context.Context, tx pgx.Tx, schema string, overdue, recent t
 	if rep.Effects, err = readEffects(ctx, tx, q, overdue, recent); err != nil {
 		return rep, err
 	}
-	// Both counts read partial indexes: in-progress claims under a lease,
-	// and completed records (idempotency_keys_expired).
+	// Each count reads a partial index: in-progress claims under a lease,
+	// completed records (idempotency_keys_expired), unknown ones
+	// (idempotency_keys_unsettled).
 	err = tx.QueryRow(ctx, q(`SELECT
 		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL),
 		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL AND locked_until < now()),
-		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'completed' AND expires_at > '-infinity')`)).
-		Scan(&rep.Idempotency.InProgress, &rep.Idempotency.InProgressPastLease, &rep.Idempotency.Completed)
+		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'completed' AND expires_at > '-infinity'),
+		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'unknown')`)).
+		Scan(&rep.Idempotency.InProgress, &rep.Idempotency.InProgressPastLease, &rep.Idempotency.Completed, &rep.Idempotency.Unknown)
 	return rep, err
 }
 

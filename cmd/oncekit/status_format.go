@@ -92,7 +92,8 @@ func writeStatus(e *env, r statusReport) error {
 		return err
 	}
 	id := r.Idempotency
-	_, err := fmt.Fprintf(w, "\nIDEMPOTENCY  in progress %d (past lease %s), completed %d\n", id.InProgress, alarm(id.InProgressPastLease), id.Completed)
+	_, err := fmt.Fprintf(w, "\nIDEMPOTENCY  in progress %d (past lease %s), completed %d, unknown %s\n",
+		id.InProgress, alarm(id.InProgressPastLease), id.Completed, alarm(id.Unknown))
 	return err
 }
 

@@ -54,7 +54,8 @@ func seedStatus(t *testing.T, db *testenv.DB) {
 		INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, locked_until, expires_at, status_code) VALUES
 			('t', 'pay', 'a', '\x00', 'in_progress', now() - interval '1 hour', now() + interval '1 day', NULL),
 			('t', 'pay', 'b', '\x00', 'in_progress', now() + interval '1 minute', now() + interval '1 day', NULL),
-			('t', 'pay', 'c', '\x00', 'completed', NULL, now() + interval '1 day', 201)`)
+			('t', 'pay', 'c', '\x00', 'completed', NULL, now() + interval '1 day', 201),
+			('t', 'pay', 'd', '\x00', 'unknown', NULL, now() + interval '1 day', NULL)`)
 	require.NoError(t, err)
 }
 
