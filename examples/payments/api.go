@@ -24,6 +24,9 @@ type PaymentRequest struct {
 	Account  string `json:"account"`
 	Amount   int64  `json:"amount"`
 	Currency string `json:"currency"`
+	// Reference is the client's own reference of the payment (an invoice
+	// number), unique per account: the payment's business key. Optional.
+	Reference string `json:"reference,omitempty"`
 }
 
 // PaymentCreated is the event the API publishes through the outbox, keyed by
@@ -64,9 +67,13 @@ func newAPI(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (http.Handler, er
 	if err != nil {
 		return nil, err
 	}
-	route, create := &idempotency.Route{Operation: operation, Mode: idempotency.SameTx, Tenant: callerOf}, createPayment(ob, cfg)
-	if cfg.Broken == brokenStoreAfterCommit {
+	route := &idempotency.Route{Operation: operation, Mode: idempotency.SameTx, Tenant: callerOf, BusinessKey: paymentReference}
+	create := createPayment(ob, cfg)
+	switch cfg.Broken {
+	case brokenStoreAfterCommit:
 		route.Mode, create = idempotency.Separate, createPaymentApart(pool, ob, cfg)
+	case brokenKeyOnly:
+		route.BusinessKey = nil
 	}
 	withKey, err := edge.Route(route)
 	if err != nil {
@@ -90,11 +97,25 @@ func createPayment(ob *outbox.Outbox, cfg *config) http.HandlerFunc {
 		if !ok {
 			return
 		}
+		if cfg.Broken == brokenKeyOnly {
+			req.Reference = "" // nothing unique but the key
+		}
 		tx, _ := idempotency.Tx(r)
 		info, _ := idempotency.FromRequest(r)
 		resp, err := insertPayment(r.Context(), tx, ob, cfg, info.ID().String(), req)
 		writeCreated(w, resp, err)
 	}
+}
+
+// paymentReference is the edge's business key: the account and the
+// client's reference of the payment. A payment sent again under a new
+// Idempotency-Key gets the first one's answer and is not made twice.
+func paymentReference(_ *http.Request, body []byte) (string, error) {
+	var req PaymentRequest
+	if err := json.Unmarshal(body, &req); err != nil || req.Reference == "" {
+		return "", nil // no reference (or no JSON: the handler answers 400)
+	}
+	return req.Account + "\x00" + req.Reference, nil
 }
 
 // readPayment decodes and checks the request's body, or answers 400.
@@ -107,8 +128,18 @@ func readPayment(w http.ResponseWriter, r *http.Request) (PaymentRequest, bool) 
 	return req, true
 }
 
-// writeCreated answers 201 with the payment, or 503 when err is set.
+// errReferenceUsed is insertPayment's answer for a reference the account
+// used for another payment.
+var errReferenceUsed = errors.New("this account has a payment with this reference")
+
+// writeCreated answers 201 with the payment, 409 when its reference is
+// taken, or 503 for any other error.
 func writeCreated(w http.ResponseWriter, resp PaymentResponse, err error) {
+	if errors.Is(err, errReferenceUsed) {
+		// Stored and replayed: the answer is final.
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
 	if err != nil {
 		// 5xx: the edge rolls back, and a retry with the same body executes.
 		http.Error(w, "could not create the payment", http.StatusServiceUnavailable)
@@ -124,13 +155,26 @@ func writeCreated(w http.ResponseWriter, resp PaymentResponse, err error) {
 // lock orders concurrent payments of one account by commit), writes it, and
 // enqueues its event: all in the edge's transaction.
 func insertPayment(ctx context.Context, tx pgx.Tx, ob *outbox.Outbox, cfg *config, id string, req PaymentRequest) (PaymentResponse, error) {
+	if req.Reference != "" {
+		// The backstop behind the edge's business key (kept for a while
+		// only): a reference once used is refused for good. Two racing
+		// requests meet the unique index instead; the loser rolls back.
+		var used bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+cfg.table("payments")+`
+			WHERE account = $1 AND reference = $2)`, req.Account, req.Reference).Scan(&used); err != nil {
+			return PaymentResponse{}, err
+		}
+		if used {
+			return PaymentResponse{}, errReferenceUsed
+		}
+	}
 	var seq int64
 	if err := tx.QueryRow(ctx, `INSERT INTO `+cfg.table("accounts")+` AS a (id, seq) VALUES ($1, 1)
 		ON CONFLICT (id) DO UPDATE SET seq = a.seq + 1 RETURNING seq`, req.Account).Scan(&seq); err != nil {
 		return PaymentResponse{}, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+cfg.table("payments")+` (id, account, seq, amount, currency)
-		VALUES ($1, $2, $3, $4, $5)`, id, req.Account, seq, req.Amount, req.Currency); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+cfg.table("payments")+` (id, account, seq, amount, currency, reference)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''))`, id, req.Account, seq, req.Amount, req.Currency, req.Reference); err != nil {
 		return PaymentResponse{}, err
 	}
 	event, err := json.Marshal(PaymentCreated{PaymentID: id, Account: req.Account, Seq: seq, Amount: req.Amount, Currency: req.Currency})

@@ -28,6 +28,10 @@ const (
 	// between that commit and the edge's store leaves a payment whose
 	// response was never kept, and a retry runs the handler again.
 	brokenStoreAfterCommit = "edge-stores-after-commit"
+	// brokenKeyOnly guards payments by their Idempotency-Key alone: no
+	// business key at the edge and no unique reference in the table, so a
+	// client that sends a payment again under a new key makes a second one.
+	brokenKeyOnly = "key-only-edge"
 	// brokenMarkBeforeAck has the relay mark rows published before
 	// JetStream acknowledged them: a crash in between loses the events.
 	brokenMarkBeforeAck = "relay-marks-before-ack"

@@ -18,6 +18,9 @@ import (
 // is the inbox's promise, and a checker can only see it broken if the
 // schema does not hide it. accounts.seq numbers each account's payments in
 // commit order, so that the ledger can be checked for per-account order.
+// A payment's reference (the client's own, such as an invoice number) is
+// unique per account: the backstop behind the edge's business key, for a
+// client that sends one payment under two Idempotency-Keys.
 const serviceSchema = `
 CREATE TABLE IF NOT EXISTS %[1]s.accounts (
 	id  text PRIMARY KEY,
@@ -42,7 +45,9 @@ CREATE TABLE IF NOT EXISTS %[1]s.ledger_entries (
 	applied_by int NOT NULL,
 	applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE INDEX IF NOT EXISTS ledger_entries_payment_id ON %[1]s.ledger_entries (payment_id);`
+CREATE INDEX IF NOT EXISTS ledger_entries_payment_id ON %[1]s.ledger_entries (payment_id);
+ALTER TABLE %[1]s.payments ADD COLUMN IF NOT EXISTS reference text;
+CREATE UNIQUE INDEX IF NOT EXISTS payments_account_reference ON %[1]s.payments (account, reference);`
 
 func runSetup(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error {
 	if err := setupTables(ctx, pool, cfg); err != nil {

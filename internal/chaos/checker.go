@@ -23,6 +23,7 @@ const (
 	InvBodyMatches     = "payment_matches_request"     // with the body the client sent under its key
 	InvFailedNotRun    = "failed_request_not_executed" // a definite failure created nothing
 	InvReuseRefused    = "reused_key_not_executed"     // a key reused with another body was refused
+	InvRekeyAnswered   = "new_key_not_executed"        // a payment sent again under a new key made no second payment
 	InvResponseStored  = "response_stored"             // every payment's key holds its stored 2xx response
 	InvHasRequest      = "payment_has_request"         // no payment the clients never asked for
 	InvLedgerOnce      = "ledger_exactly_once"         // one ledger entry per payment
@@ -57,11 +58,11 @@ type ProviderCall struct {
 
 // Verdict is what the checker found.
 type Verdict struct {
-	Ops, OK, Failed, Unknown, Reused int
-	Payments, LedgerEntries          int
-	ProviderCalls, Executions        int
-	Lost, DuplicateEffects           int
-	MismatchedKeys, OrderViolations  int
+	Ops, OK, Failed, Unknown, Reused, Rekeyed int
+	Payments, LedgerEntries                   int
+	ProviderCalls, Executions                 int
+	Lost, DuplicateEffects                    int
+	MismatchedKeys, OrderViolations           int
 	// Payments whose key holds no stored success, and attempt numbers the
 	// provider received more than once.
 	MissingResponses, RepeatedAttempts int
@@ -168,6 +169,15 @@ func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
 			}
 			continue
 		}
+		if op.RekeyOf != "" {
+			v.Rekeyed++
+			original := oncekit.DeriveID(apiCaller, op.RekeyOf).String()
+			if _, made := payments[original]; exists || !made {
+				v.fail(InvRekeyAnswered, "payment of key %s sent again under key %s (HTTP %d): second payment %t, first payment %s exists %t",
+					op.RekeyOf, op.Key, op.Status, exists, original, made)
+			}
+			continue
+		}
 		asked[id] = true
 		switch {
 		case op.Outcome == OK && !exists:
@@ -207,7 +217,7 @@ func checkResponses(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(
 	}
 	for _, op := range ops {
 		id := oncekit.DeriveID(apiCaller, op.Key).String()
-		if _, exists := payments[id]; !exists || op.Reuse {
+		if _, exists := payments[id]; !exists || op.Reuse || op.RekeyOf != "" {
 			continue
 		}
 		if r, ok := stored[idempotency.StoredKey(op.Key)]; !ok || r.state != "completed" || r.status < 200 || r.status > 299 {
@@ -432,8 +442,8 @@ func (v *Verdict) Progress() float64 {
 // fault counts (Run adds them).
 func (v *Verdict) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d missing_responses=%d repeated_attempts=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d progress=%.3f",
-		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations, v.MissingResponses, v.RepeatedAttempts,
+	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d rekeyed=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d missing_responses=%d repeated_attempts=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d progress=%.3f",
+		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Rekeyed, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations, v.MissingResponses, v.RepeatedAttempts,
 		v.HostileSent, v.HostileMaybe, v.HostileDeadLettered, v.GarbageErrorPages, v.Progress())
 	return b.String()
 }

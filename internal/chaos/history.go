@@ -30,7 +30,15 @@ type Op struct {
 	Amount  int64
 	// Reuse marks a request that reuses the key of an acknowledged payment
 	// with a different body: the service must refuse it, never execute it.
-	Reuse    bool
+	Reuse bool
+	// Reference is the payment's own reference (its business key with
+	// Account).
+	Reference string
+	// RekeyOf, when set, marks a request that sends an acknowledged
+	// payment (that key's) again under a new key, as a client that mints a
+	// key per attempt does: the service must answer it from the first
+	// payment, never make a second one.
+	RekeyOf  string
 	Outcome  Outcome
 	Status   int // last HTTP status, 0 when none arrived
 	Attempts int
@@ -74,7 +82,7 @@ func (h *History) acked(pick func(n int) int) (Op, bool) {
 			return Op{}, false
 		}
 		op := h.ops[pick(len(h.ops))]
-		if op.Outcome == OK && !op.Reuse {
+		if op.Outcome == OK && !op.Reuse && op.RekeyOf == "" {
 			return op, true
 		}
 	}

@@ -16,8 +16,9 @@ import (
 
 // Load sends payments to the API processes: each operation under a fresh
 // key, with short client timeouts, retried with the same key and body while
-// the outcome is unknown, and a share of requests reusing the key of an
-// acknowledged payment with a different body.
+// the outcome is unknown; a share of requests reusing the key of an
+// acknowledged payment with a different body; and a share sending an
+// acknowledged payment again (its reference and body) under a new key.
 type Load struct {
 	// APIs are the base URLs of the API processes; retries move between them.
 	APIs []string
@@ -29,6 +30,9 @@ type Load struct {
 	// ReuseShare is the share of operations that reuse a key with another
 	// body. Defaults to 0.05.
 	ReuseShare float64
+	// RekeyShare is the share of operations that send an acknowledged
+	// payment again under a new key. Defaults to 0.03.
+	RekeyShare float64
 	// MaxAttempts bounds the tries per operation. Defaults to 8.
 	MaxAttempts int
 	// MaxOps bounds the operations over the whole run. Defaults to 100,000.
@@ -75,15 +79,22 @@ func (l *Load) Run(ctx context.Context) {
 }
 
 func (l *Load) nextOp(rng *rand.Rand, worker, i int) Op {
-	if rng.Float64() < cmp.Or(l.ReuseShare, 0.05) {
+	key := fmt.Sprintf("pay-%d-%d-%d", l.Seed, worker, i)
+	switch r := rng.Float64(); {
+	case r < cmp.Or(l.ReuseShare, 0.05):
 		if prev, ok := l.History.acked(rng.IntN); ok {
-			return Op{Key: prev.Key, Account: prev.Account, Amount: prev.Amount + 1 + rng.Int64N(100), Reuse: true}
+			return Op{Key: prev.Key, Account: prev.Account, Amount: prev.Amount + 1 + rng.Int64N(100), Reference: prev.Reference, Reuse: true}
+		}
+	case r < cmp.Or(l.ReuseShare, 0.05)+cmp.Or(l.RekeyShare, 0.03):
+		if prev, ok := l.History.acked(rng.IntN); ok {
+			return Op{Key: key, Account: prev.Account, Amount: prev.Amount, Reference: prev.Reference, RekeyOf: prev.Key}
 		}
 	}
 	return Op{
-		Key:     fmt.Sprintf("pay-%d-%d-%d", l.Seed, worker, i),
-		Account: fmt.Sprintf("acct-%02d", rng.IntN(cmp.Or(l.Accounts, 16))),
-		Amount:  1 + rng.Int64N(100_000),
+		Key:       key,
+		Account:   fmt.Sprintf("acct-%02d", rng.IntN(cmp.Or(l.Accounts, 16))),
+		Amount:    1 + rng.Int64N(100_000),
+		Reference: "ref-" + key,
 	}
 }
 
@@ -91,7 +102,7 @@ func (l *Load) nextOp(rng *rand.Rand, worker, i int) Op {
 func (l *Load) execute(ctx context.Context, client *http.Client, rng *rand.Rand, op Op) Op {
 	op.Start = time.Now()
 	op.Outcome = Unknown
-	body := fmt.Appendf(nil, `{"account":%q,"amount":%d,"currency":"EUR"}`, op.Account, op.Amount)
+	body := fmt.Appendf(nil, `{"account":%q,"amount":%d,"currency":"EUR","reference":%q}`, op.Account, op.Amount, op.Reference)
 	api := rng.IntN(len(l.APIs))
 	for op.Attempts < cmp.Or(l.MaxAttempts, 8) && ctx.Err() == nil {
 		op.Attempts++

@@ -71,7 +71,7 @@ func (r *Result) Line() string {
 
 // BrokenBuilds names the payments example's deliberately broken builds
 // (Options.Broken), in the order a payment meets the guarantee each breaks.
-var BrokenBuilds = []string{"edge-stores-after-commit", "relay-marks-before-ack", "ack-before-commit",
+var BrokenBuilds = []string{"key-only-edge", "edge-stores-after-commit", "relay-marks-before-ack", "ack-before-commit",
 	"claim-apart", "gate-bypassed", "call-before-fired", "fresh-provider-key"}
 
 // The crash points each role can be armed with on a restart: every named

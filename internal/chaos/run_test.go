@@ -32,6 +32,8 @@ func TestRunCatchesBrokenBuilds(t *testing.T) {
 		// arm theirs.
 		duration, killEvery time.Duration
 	}{
+		{"key-only-edge", []string{InvRekeyAnswered},
+			"a payment sent again under a new key was made a second time", 30 * time.Second, 0},
 		{"edge-stores-after-commit", []string{InvResponseStored},
 			"a payment committed before its response was stored lost the response with the killed api", 30 * time.Second, time.Second},
 		{"relay-marks-before-ack", []string{InvInStream, InvLedgerOnce},
