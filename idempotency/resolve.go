@@ -172,7 +172,7 @@ type UnsettledRecord struct {
 const listUnknownSQL = `
 SELECT tenant, operation, key, state, coalesce(locked_until < now(), false), coalesce(unknown_reason, ''), created_at
 FROM {schema}.idempotency_keys
-WHERE state IN ('in_progress', 'unknown') AND ($1 = '' OR operation = $1)
+WHERE ` + unsettled + ` AND ($1 = '' OR operation = $1)
 ORDER BY created_at LIMIT $2`
 
 // Unsettled lists up to limit records waiting for an outcome (unknown, or

@@ -148,6 +148,11 @@ const recordColumns = `fingerprint, state, status_code, response_headers, respon
 	extract(epoch FROM now() - created_at)::float8, coalesce(body_expires_at <= now(), false),
 	response_version, coalesce(unknown_reason, '')`
 
+// unsettled is the condition of a record waiting for an outcome, as the
+// idempotency_keys_unsettled index states it (a committed in-progress
+// record always has its lease).
+const unsettled = `(state = 'unknown' OR (state = 'in_progress' AND locked_until IS NOT NULL))`
+
 // live is the condition of a record that still holds its key: unsettled
 // (whatever its age), or not yet expired.
 const live = `(state IN ('in_progress', 'unknown') OR expires_at > now())`
@@ -282,7 +287,7 @@ FROM {schema}.idempotency_keys WHERE state = 'in_progress'`
 // idempotency_keys_unsettled index.
 const unsettledSQL = `
 SELECT operation, state, count(*), extract(epoch FROM now() - min(created_at))::float8
-FROM {schema}.idempotency_keys WHERE state IN ('in_progress', 'unknown')
+FROM {schema}.idempotency_keys WHERE ` + unsettled + `
 GROUP BY operation, state`
 
 func renderStatements(schema string) statements {
