@@ -108,6 +108,12 @@ func builtins(c Config) []check {
 				to_char(k.locked_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 			FROM {schema}.idempotency_keys k WHERE k.state = 'in_progress' AND k.locked_until IS NOT NULL
 			AND k.locked_until < now() - make_interval(secs => $1)`, c, secs(c.LeaseGrace)),
+		// Unknown outcomes wait for a reconciliation or an operator
+		// (oncekit edge resolve); the partial index idempotency_keys_unsettled.
+		listed("idempotency_unknown", `SELECT k.tenant || '/' || k.operation || '/' || k.key,
+				'tenant ' || quote_literal(k.tenant) || ', operation ' || quote_literal(k.operation) || ', stored key ' ||
+				left(k.key, 16) || ': ' || left(coalesce(k.unknown_reason, 'unknown'), 120)
+			FROM {schema}.idempotency_keys k WHERE k.state = 'unknown'`, c),
 		listed("dead_letters", `SELECT d.id::text, 'dead letter ' || d.id || ' (consumer ' || d.consumer ||
 				', message ' || coalesce(nullif(d.message_id, ''), '-') || '): ' || left(d.reason, 120)
 			FROM {schema}.dead_letters d WHERE d.replayed_at IS NULL`, c),

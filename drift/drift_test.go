@@ -56,7 +56,7 @@ INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq) SELECT partiti
 	require.NoError(t, err)
 	require.False(t, rep.Drifted(), "%+v", rep.Findings)
 	require.False(t, rep.Failed(), "%+v", rep.Findings)
-	require.Len(t, rep.Findings, 10)
+	require.Len(t, rep.Findings, 11)
 }
 
 func TestEveryKindOfDriftIsFound(t *testing.T) {
@@ -73,6 +73,9 @@ func TestEveryKindOfDriftIsFound(t *testing.T) {
 	// An HTTP request in progress long past its lease.
 	exec(t, db, `INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, locked_until, expires_at)
 		VALUES ('t', 'op', 'k', '\x00', 'in_progress', now() - interval '1 hour', now() + interval '1 day')`)
+	// An HTTP request whose outcome is unknown.
+	exec(t, db, `INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, unknown_reason, expires_at)
+		VALUES ('t', 'op', 'u', '\x00', 'unknown', 'charge: EOF', now() + interval '1 day')`)
 	// A dead letter.
 	exec(t, db, `INSERT INTO dead_letters (consumer, message_id, subject, payload, reason, attempts) VALUES ('c', 'm', 's', '', 'poison', 5)`)
 	// Orders o1, o2, o3: o3 has no receipt; o9's receipt has no order.
@@ -91,7 +94,7 @@ func TestEveryKindOfDriftIsFound(t *testing.T) {
 
 	for name, want := range map[string]float64{
 		"outbox_parked": 1, "effects_fired_past_lease": 1, "effects_unknown": 1,
-		"effects_pending_overdue": 1, "idempotency_in_progress_past_lease": 1, "dead_letters": 1, "order_receipts": 2,
+		"effects_pending_overdue": 1, "idempotency_in_progress_past_lease": 1, "idempotency_unknown": 1, "dead_letters": 1, "order_receipts": 2,
 	} {
 		f := finding(t, rep, name)
 		require.Equal(t, want, f.Value, name)
