@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/report"
 )
 
 // age formats seconds in its largest whole unit ("45s", "3m", "2h", "4d"),
@@ -39,7 +41,7 @@ func orZeroAge(n int64, secs float64) string {
 }
 
 // writeStatus prints the report on one screen.
-func writeStatus(e *env, r statusReport) error {
+func writeStatus(e *env, r report.Status) error {
 	w := e.stdout
 	ob := r.Outbox
 	fmt.Fprintf(w, "oncekit status, schema %s\n\n", r.Schema)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -82,7 +83,7 @@ func TestStatusMatchesGolden(t *testing.T) {
 
 	code, out, stderr = cli(t, dbVars(db), "status", "--json")
 	require.Equal(t, 0, code, stderr)
-	var rep statusReport
+	var rep report.Status
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.Equal(t, int64(3), rep.Outbox.Backlog)
 	require.Equal(t, int64(1), rep.Outbox.Parked)

@@ -1,0 +1,259 @@
+package report
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// Status is everything `oncekit status` and the console's overview show.
+type Status struct {
+	Schema      string      `json:"schema"`
+	At          time.Time   `json:"at"`
+	Outbox      Outbox      `json:"outbox"`
+	Consumers   []Consumer  `json:"consumers"`
+	Effects     []Effects   `json:"effects"`
+	Idempotency Idempotency `json:"idempotency"`
+}
+
+// Outbox is the relay's side: backlog, parked rows and keys, partition
+// ranges and their owners, relay nodes.
+type Outbox struct {
+	Unpublished
+	Parked     int64       `json:"parked"`
+	Ranges     []Range     `json:"partition_ranges"`
+	Nodes      []Node      `json:"relay_nodes"`
+	ParkedKeys []ParkedKey `json:"parked_keys"`
+}
+
+// Unpublished is the unpublished rows of the outbox or of some of its
+// partitions: how many, and the age of the oldest.
+type Unpublished struct {
+	Backlog          int64   `json:"backlog"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+// add counts b's rows in s.
+func (s *Unpublished) add(b Unpublished) {
+	s.Backlog += b.Backlog
+	s.OldestAgeSeconds = max(s.OldestAgeSeconds, b.OldestAgeSeconds)
+}
+
+// Range is a run of consecutive partitions with the same owner and
+// lease state.
+type Range struct {
+	First        int     `json:"first"`
+	Last         int     `json:"last"`
+	Owner        string  `json:"owner"`
+	LeaseSeconds float64 `json:"lease_seconds"` // left (>0) or since expiry (<0)
+	Unpublished
+}
+
+// Node is a relay process and its last heartbeat.
+type Node struct {
+	ID                  string  `json:"id"`
+	HeartbeatAgeSeconds float64 `json:"heartbeat_age_seconds"`
+}
+
+// ParkedKey is an ordering key held by a parked message.
+type ParkedKey struct {
+	Key              string  `json:"key"`
+	Messages         int64   `json:"messages"`
+	ParkedAgeSeconds float64 `json:"parked_age_seconds"`
+}
+
+// Consumer is an inbox consumer: its recent claims and dead letters.
+type Consumer struct {
+	Name                 string   `json:"name"`
+	ClaimsLastHour       int64    `json:"claims_last_hour"`
+	Processed            *float64 `json:"processed_total"`
+	Duplicates           *float64 `json:"duplicates_total"`
+	DeadLetters          int64    `json:"dead_letters"`
+	OldestDeadAgeSeconds float64  `json:"oldest_dead_letter_age_seconds"`
+}
+
+// Effects counts one kind's side effects by state.
+type Effects struct {
+	Kind      string `json:"kind"`
+	Pending   int64  `json:"pending"`
+	Overdue   int64  `json:"pending_overdue"`
+	Fired     int64  `json:"fired"`
+	PastLease int64  `json:"fired_past_lease"`
+	Unknown   int64  `json:"unknown"`
+	Confirmed int64  `json:"confirmed_recent"`
+	Failed    int64  `json:"failed_recent"`
+}
+
+// Idempotency counts the edge's records by state.
+type Idempotency struct {
+	InProgress          int64 `json:"in_progress"`
+	InProgressPastLease int64 `json:"in_progress_past_lease"`
+	Completed           int64 `json:"completed"`
+	Unknown             int64 `json:"unknown"`
+}
+
+// Limit bounds the rows of each list.
+const Limit = 50
+
+// Read reads every figure in tx (read-only and repeatable-read, so that
+// they agree), whose now() is the report's time: pending effects overdue
+// past overdue count as such, and settled effects are counted over recent.
+// Each figure reads through an index or under Limit.
+func Read(ctx context.Context, tx pgx.Tx, schema string, overdue, recent time.Duration) (Status, error) {
+	rep := Status{Schema: schema, Consumers: []Consumer{}, Effects: []Effects{}}
+	q := func(sql string) string { return pgsql.Render(sql, schema) }
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&rep.At); err != nil {
+		return rep, err
+	}
+	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	if err != nil {
+		return rep, err
+	}
+	backlog, err := ob.BacklogByPartition(ctx, tx)
+	if err != nil {
+		return rep, err
+	}
+	byPart := map[int]Unpublished{}
+	for _, b := range backlog {
+		pb := Unpublished{Backlog: b.Pending, OldestAgeSeconds: b.OldestAge.Seconds()}
+		byPart[b.Partition] = pb
+		rep.Outbox.add(pb)
+	}
+	// relay_partitions has one row per partition: small.
+	rows, err := tx.Query(ctx, q(`SELECT partition, coalesce(owner, ''),
+		CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - now())::float8 ELSE 0 END
+		FROM {schema}.relay_partitions ORDER BY partition`))
+	if err != nil {
+		return rep, err
+	}
+	var parts []Range
+	parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Range, error) {
+		var s Range
+		err := r.Scan(&s.First, &s.Owner, &s.LeaseSeconds)
+		s.Last = s.First
+		if s.Owner == "" {
+			s.LeaseSeconds = 0
+		}
+		s.Unpublished = byPart[s.First]
+		return s, err
+	})
+	if err != nil {
+		return rep, err
+	}
+	rep.Outbox.Ranges = groupRanges(parts)
+	rows, err = tx.Query(ctx, q(`SELECT id, extract(epoch FROM now() - heartbeat_at)::float8 FROM {schema}.relay_nodes
+		ORDER BY id LIMIT $1`), Limit)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Outbox.Nodes, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Node]); err != nil {
+		return rep, err
+	}
+	// Parked rows are in the partial index outbox_blocked.
+	if err := tx.QueryRow(ctx, q(`SELECT count(*) FROM {schema}.outbox o
+		WHERE (o.parked_at IS NOT NULL OR o.next_attempt_at IS NOT NULL) AND o.parked_at IS NOT NULL`)).Scan(&rep.Outbox.Parked); err != nil {
+		return rep, err
+	}
+	rows, err = tx.Query(ctx, q(`SELECT o.ordering_key, count(*), extract(epoch FROM now() - min(o.parked_at))::float8
+		FROM {schema}.outbox o WHERE (o.parked_at IS NOT NULL OR o.next_attempt_at IS NOT NULL) AND o.parked_at IS NOT NULL
+		GROUP BY o.ordering_key ORDER BY min(o.parked_at), o.ordering_key LIMIT $1`), Limit)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Outbox.ParkedKeys, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ParkedKey]); err != nil {
+		return rep, err
+	}
+	if rep.Consumers, err = readConsumers(ctx, tx, q); err != nil {
+		return rep, err
+	}
+	if rep.Effects, err = readEffects(ctx, tx, q, overdue, recent); err != nil {
+		return rep, err
+	}
+	// Each count reads a partial index: in-progress claims under a lease,
+	// completed records (idempotency_keys_expired), unknown ones
+	// (idempotency_keys_unsettled).
+	err = tx.QueryRow(ctx, q(`SELECT
+		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL),
+		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL AND locked_until < now()),
+		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'completed' AND expires_at > '-infinity'),
+		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'unknown')`)).
+		Scan(&rep.Idempotency.InProgress, &rep.Idempotency.InProgressPastLease, &rep.Idempotency.Completed, &rep.Idempotency.Unknown)
+	return rep, err
+}
+
+// groupRanges merges consecutive partitions with the same owner and lease
+// state (held, expired or free).
+func groupRanges(parts []Range) []Range {
+	out := []Range{}
+	state := func(s Range) string {
+		switch {
+		case s.Owner == "":
+			return "free"
+		case s.LeaseSeconds <= 0:
+			return "expired"
+		}
+		return "held"
+	}
+	for _, p := range parts {
+		if n := len(out); n > 0 && out[n-1].Last+1 == p.First && out[n-1].Owner == p.Owner && state(out[n-1]) == state(p) {
+			r := &out[n-1]
+			r.Last = p.First
+			r.LeaseSeconds = min(r.LeaseSeconds, p.LeaseSeconds)
+			r.add(p.Unpublished)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// readConsumers lists the consumers with claims in the last hour (a range
+// of the BRIN index on processed_at) or with pending dead letters.
+func readConsumers(ctx context.Context, tx pgx.Tx, q func(string) string) ([]Consumer, error) {
+	rows, err := tx.Query(ctx, q(`WITH claims AS (
+			SELECT consumer, count(*) AS n FROM {schema}.processed_messages
+			WHERE processed_at >= now() - interval '1 hour' GROUP BY consumer),
+		dead AS (
+			SELECT consumer, count(*) AS n, extract(epoch FROM now() - min(created_at))::float8 AS oldest
+			FROM {schema}.dead_letters WHERE replayed_at IS NULL GROUP BY consumer)
+		SELECT coalesce(c.consumer, d.consumer), coalesce(c.n, 0), coalesce(d.n, 0), coalesce(d.oldest, 0)
+		FROM claims c FULL JOIN dead d ON d.consumer = c.consumer
+		ORDER BY 1 LIMIT $1`), Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Consumer, error) {
+		var c Consumer
+		err := r.Scan(&c.Name, &c.ClaimsLastHour, &c.DeadLetters, &c.OldestDeadAgeSeconds)
+		return c, err
+	})
+}
+
+// readEffects counts effects by kind and state: the live ones (pending,
+// fired, unknown) through the due index, the settled ones recorded within
+// recent through the BRIN index on created_at.
+func readEffects(ctx context.Context, tx pgx.Tx, q func(string) string, overdue, recent time.Duration) ([]Effects, error) {
+	rows, err := tx.Query(ctx, q(`WITH live AS (
+			SELECT kind,
+				count(*) FILTER (WHERE state = 'pending') AS pending,
+				count(*) FILTER (WHERE state = 'pending' AND next_attempt_at < now() - make_interval(secs => $1)) AS overdue,
+				count(*) FILTER (WHERE state = 'fired') AS fired,
+				count(*) FILTER (WHERE state = 'fired' AND lease_expires_at < now()) AS past_lease,
+				count(*) FILTER (WHERE state = 'unknown') AS unknown
+			FROM {schema}.side_effects WHERE next_attempt_at IS NOT NULL GROUP BY kind),
+		settled AS (
+			SELECT kind, count(*) FILTER (WHERE state = 'confirmed') AS confirmed, count(*) FILTER (WHERE state = 'failed') AS failed
+			FROM {schema}.side_effects WHERE created_at >= now() - make_interval(secs => $2) AND state IN ('confirmed', 'failed')
+			GROUP BY kind)
+		SELECT coalesce(l.kind, s.kind), coalesce(l.pending, 0), coalesce(l.overdue, 0), coalesce(l.fired, 0),
+			coalesce(l.past_lease, 0), coalesce(l.unknown, 0), coalesce(s.confirmed, 0), coalesce(s.failed, 0)
+		FROM live l FULL JOIN settled s ON s.kind = l.kind ORDER BY 1 LIMIT $3`), overdue.Seconds(), recent.Seconds(), Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[Effects])
+}
