@@ -27,6 +27,7 @@ type command struct {
 
 // commands are oncekit's commands by name.
 var commands = byName([]*command{
+	{name: "console", summary: "serve the operator console: every layer on one page per layer, the chain of one operation, fixes", run: runConsole},
 	{name: "dispatch", summary: "run the side-effect dispatcher for kinds mapped to webhook endpoints", run: runDispatch},
 	{name: "dlq", summary: "list, show, replay or prune the inbox's dead letters (list | show | replay | prune)", usage: dlqUsage, subcommands: dlqSubcommands},
 	{name: "drift", summary: "check that the chain held: lag, stuck, failed and unknown effects, dead letters, rules", run: runDrift},

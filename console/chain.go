@@ -1,0 +1,169 @@
+package console
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/idempotency"
+)
+
+// derivedID is an identifier the chain looks for, and how it came from the
+// one given.
+type derivedID struct {
+	Value, How string
+}
+
+type chainEdge struct {
+	State       string
+	StatusCode  int
+	CreatedAt   time.Time
+	CompletedAt *time.Time
+	ExpiresAt   time.Time
+	Token       int64
+	Recoveries  int
+	Reason      string
+	ResolvedBy  string
+	StoredKey   string
+	Stuck       bool
+}
+
+type chainEvent struct {
+	Seq          int64
+	ID           uuid.UUID
+	Partition    int
+	Key, Subject string
+	Attempts     int
+	CreatedAt    time.Time
+	Parked       bool
+	LastError    string
+	Published    bool
+}
+
+type chainClaim struct {
+	MessageID, Consumer string
+	ProcessedAt         time.Time
+}
+
+type chainDead struct {
+	ID                           int64
+	Consumer, MessageID, Subject string
+	Reason                       string
+	Attempts                     int
+	CreatedAt                    time.Time
+	ReplayedAt                   *time.Time
+}
+
+type chainEffect struct {
+	ID                          int64
+	Kind, SourceID, State       string
+	Attempts                    int
+	Key, ProviderRef, LastError string
+	CreatedAt, UpdatedAt        time.Time
+}
+
+// chainView is the chain page: one operation at every layer.
+type chainView struct {
+	Query, Tenant, Operation string
+	Searched                 bool
+	IDs                      []derivedID
+	Edge                     *chainEdge
+	Events                   []chainEvent
+	Claims                   []chainClaim
+	Dead                     []chainDead
+	Effects                  []chainEffect
+	Found                    bool
+}
+
+// maxQuery bounds the identifier looked up.
+const maxQuery = 512
+
+// chain looks an identifier up at every layer: an Idempotency-Key (with
+// its tenant and operation, which give the operation's ID), an operation,
+// business or source ID, an event or message ID, an effect's idempotency
+// key. Each ID the console can derive from it (Info.ID, and
+// oncekit.DeriveID(id, name) for each of Config.Derive) is looked up too.
+func (con *Console) chain(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	v := chainView{Query: strings.TrimSpace(q.Get("q")), Tenant: q.Get("tenant"), Operation: q.Get("operation")}
+	if v.Query == "" || len(v.Query) > maxQuery {
+		con.render(w, r, "chain", "Chain", v)
+		return
+	}
+	v.Searched = true
+	v.IDs = []derivedID{{v.Query, "as given"}}
+	if v.Tenant != "" && v.Operation != "" {
+		v.IDs = append(v.IDs, derivedID{oncekit.DeriveID(v.Tenant, v.Query).String(), "the operation's ID: Info.ID, DeriveID(tenant, key)"})
+	}
+	for _, id := range append([]derivedID(nil), v.IDs...) {
+		for _, name := range con.cfg.Derive {
+			v.IDs = append(v.IDs, derivedID{oncekit.DeriveID(id.Value, name).String(), "DeriveID(" + short(id.Value) + ", " + name + ")"})
+		}
+	}
+	err := con.readOnly(r.Context(), func(tx pgx.Tx) error { return con.readChain(r, tx, &v) })
+	if err != nil {
+		con.fail(w, r, "chain", err)
+		return
+	}
+	v.Found = v.Edge != nil || len(v.Events)+len(v.Claims)+len(v.Dead)+len(v.Effects) > 0
+	con.render(w, r, "chain", "Chain", v)
+}
+
+func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
+	ctx := r.Context()
+	if v.Tenant != "" && v.Operation != "" {
+		e := chainEdge{StoredKey: idempotency.StoredKey(v.Query)}
+		err := tx.QueryRow(ctx, con.sql.chainEdge, v.Tenant, v.Operation, e.StoredKey).Scan(&e.State, &e.StatusCode,
+			&e.CreatedAt, &e.CompletedAt, &e.ExpiresAt, &e.Token, &e.Recoveries, &e.Reason, &e.ResolvedBy)
+		switch {
+		case err == nil:
+			e.Stuck = e.State == string(idempotency.StateUnknown) || e.State == string(idempotency.StateInProgress)
+			v.Edge = &e
+		case err != pgx.ErrNoRows:
+			return err
+		}
+	}
+	var uuids []uuid.UUID
+	var texts []string
+	for _, id := range v.IDs {
+		texts = append(texts, id.Value)
+		if u, err := uuid.Parse(id.Value); err == nil {
+			uuids = append(uuids, u)
+		}
+	}
+	rows, err := tx.Query(ctx, con.sql.chainOutbox, uuids)
+	if err != nil {
+		return err
+	}
+	if v.Events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainEvent]); err != nil {
+		return err
+	}
+	for _, e := range v.Events { // an event found by its ID is linked already; keep the list whole
+		if !slices.Contains(uuids, e.ID) {
+			uuids = append(uuids, e.ID)
+			texts = append(texts, e.ID.String())
+		}
+	}
+	if rows, err = tx.Query(ctx, con.sql.chainClaims, uuids); err != nil {
+		return err
+	}
+	if v.Claims, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainClaim]); err != nil {
+		return err
+	}
+	if rows, err = tx.Query(ctx, con.sql.chainDead, texts); err != nil {
+		return err
+	}
+	if v.Dead, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainDead]); err != nil {
+		return err
+	}
+	if rows, err = tx.Query(ctx, con.sql.chainEffects, texts, v.Query); err != nil {
+		return err
+	}
+	v.Effects, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainEffect])
+	return err
+}
