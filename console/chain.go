@@ -97,7 +97,7 @@ func (con *Console) chain(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Searched = true
 	v.IDs = []derivedID{{v.Query, "as given"}}
-	if v.Tenant != "" && v.Operation != "" {
+	if v.Operation != "" { // a route with SharedScope has the tenant ""
 		v.IDs = append(v.IDs, derivedID{oncekit.DeriveID(v.Tenant, v.Query).String(), "the operation's ID: Info.ID, DeriveID(tenant, key)"})
 	}
 	for _, id := range append([]derivedID(nil), v.IDs...) {
@@ -116,7 +116,7 @@ func (con *Console) chain(w http.ResponseWriter, r *http.Request) {
 
 func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
 	ctx := r.Context()
-	if v.Tenant != "" && v.Operation != "" {
+	if v.Operation != "" {
 		e := chainEdge{StoredKey: idempotency.StoredKey(v.Query)}
 		err := tx.QueryRow(ctx, con.sql.chainEdge, v.Tenant, v.Operation, e.StoredKey).Scan(&e.State, &e.StatusCode,
 			&e.CreatedAt, &e.CompletedAt, &e.ExpiresAt, &e.Token, &e.Recoveries, &e.Reason, &e.ResolvedBy)

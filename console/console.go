@@ -287,16 +287,17 @@ func short(s string) string {
 func renderStatements(schema string) statements {
 	r := func(sql string) string { return pgsql.Render(sql, schema) }
 	return statements{
-		deadGroups:   r(deadGroupsSQL),
-		deadInGroup:  r(deadInGroupSQL),
-		overdue:      r(overdueSQL),
-		audit:        r(auditSQL),
-		insertAudit:  r(insertAuditSQL),
-		chainEdge:    r(chainEdgeSQL),
-		chainOutbox:  r(chainOutboxSQL),
-		chainClaims:  r(chainClaimsSQL),
-		chainDead:    r(chainDeadSQL),
-		chainEffects: r(chainEffectsSQL),
-		edgeRecord:   r(edgeRecordSQL),
+		deadGroups:     r(deadGroupsSQL),
+		deadInGroup:    r(deadInGroupSQL),
+		overdue:        r(overdueSQL),
+		unknownEffects: r(unknownEffectsSQL),
+		audit:          r(auditSQL),
+		insertAudit:    r(insertAuditSQL),
+		chainEdge:      r(chainEdgeSQL),
+		chainOutbox:    r(chainOutboxSQL),
+		chainClaims:    r(chainClaimsSQL),
+		chainDead:      r(chainDeadSQL),
+		chainEffects:   r(chainEffectsSQL),
+		edgeRecord:     r(edgeRecordSQL),
 	}
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/outbox"
-	"github.com/oncekit/oncekit/sideeffect"
 )
 
 func (con *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -140,10 +140,18 @@ type overdueEffect struct {
 	LastError      string
 }
 
+// unknownEffect is an effect waiting for an operator.
+type unknownEffect struct {
+	ID             int64
+	Kind, SourceID string
+	Attempts       int
+	LastError, Key string
+}
+
 // effectsView is the side effects page: unknown and overdue first.
 type effectsView struct {
 	Counts  []report.Effects
-	Unknown []sideeffect.Row
+	Unknown []unknownEffect
 	Overdue []overdueEffect
 	After   int64 // the next page of unknown effects starts after this ID
 }
@@ -156,14 +164,17 @@ func (con *Console) effectsPage(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		v.Counts = rep.Effects
-		if v.Unknown, err = con.ledger.List(r.Context(), tx, sideeffect.Filter{State: sideeffect.StateUnknown,
-			AfterID: after(r), Limit: pageLimit}); err != nil {
+		rows, err := tx.Query(r.Context(), con.sql.unknownEffects, after(r), pageLimit)
+		if err != nil {
+			return err
+		}
+		if v.Unknown, err = pgx.CollectRows(rows, pgx.RowToStructByPos[unknownEffect]); err != nil {
 			return err
 		}
 		if len(v.Unknown) == pageLimit {
 			v.After = v.Unknown[len(v.Unknown)-1].ID
 		}
-		rows, err := tx.Query(r.Context(), con.sql.overdue, con.cfg.Overdue.Seconds(), pageLimit)
+		rows, err = tx.Query(r.Context(), con.sql.overdue, con.cfg.Overdue.Seconds(), pageLimit)
 		if err != nil {
 			return err
 		}
@@ -270,8 +281,11 @@ type auditView struct {
 }
 
 func (con *Console) auditPage(w http.ResponseWriter, r *http.Request) {
-	before, _ := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
-	rows, err := con.db.Query(r.Context(), con.sql.audit, max(before, 0), pageLimit)
+	before, err := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
+	if err != nil || before <= 0 {
+		before = math.MaxInt64 // the first page
+	}
+	rows, err := con.db.Query(r.Context(), con.sql.audit, before, pageLimit)
 	var v auditView
 	if err == nil {
 		v.Entries, err = pgx.CollectRows(rows, pgx.RowToStructByPos[auditEntry])

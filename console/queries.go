@@ -7,7 +7,7 @@ import (
 // statements is the console's own SQL, rendered for the schema once. Every
 // statement reads through an index, under a limit.
 type statements struct {
-	deadGroups, deadInGroup, overdue, audit, insertAudit                     string
+	deadGroups, deadInGroup, overdue, unknownEffects, audit, insertAudit     string
 	chainEdge, chainOutbox, chainClaims, chainDead, chainEffects, edgeRecord string
 }
 
@@ -46,9 +46,16 @@ FROM {schema}.side_effects e
 WHERE e.next_attempt_at IS NOT NULL AND e.next_attempt_at < now() - make_interval(secs => $1) AND e.state = 'pending'
 ORDER BY e.next_attempt_at LIMIT $2`
 
+// unknownEffectsSQL lists unknown effects after the ID $1, in ID order, on
+// the partial index side_effects_unknown_id.
+const unknownEffectsSQL = `
+SELECT e.id, e.kind, e.source_id, e.attempts, coalesce(e.last_error, ''), e.idempotency_key
+FROM {schema}.side_effects e WHERE e.state = 'unknown' AND e.id > $1 ORDER BY e.id LIMIT $2`
+
+// auditSQL lists the entries before the ID $1, the newest first.
 const auditSQL = `
 SELECT id, at, operator, action, target, count, note FROM {schema}.console_audit
-WHERE $1 = 0 OR id < $1 ORDER BY id DESC LIMIT $2`
+WHERE id < $1 ORDER BY id DESC LIMIT $2`
 
 const insertAuditSQL = `
 INSERT INTO {schema}.console_audit (operator, action, target, count, note) VALUES ($1, $2, $3, $4, $5)`

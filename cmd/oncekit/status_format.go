@@ -94,8 +94,12 @@ func writeStatus(e *env, r report.Status) error {
 		return err
 	}
 	id := r.Idempotency
-	_, err := fmt.Fprintf(w, "\nIDEMPOTENCY  in progress %d (past lease %s), completed %d, unknown %s\n",
-		id.InProgress, alarm(id.InProgressPastLease), id.Completed, alarm(id.Unknown))
+	completed := strconv.FormatInt(id.Completed, 10)
+	if id.CompletedCapped {
+		completed = "over " + completed
+	}
+	_, err := fmt.Fprintf(w, "\nIDEMPOTENCY  in progress %d (past lease %s), completed %s, unknown %s\n",
+		id.InProgress, alarm(id.InProgressPastLease), completed, alarm(id.Unknown))
 	return err
 }
 

@@ -92,8 +92,11 @@ type Effects struct {
 type Idempotency struct {
 	InProgress          int64 `json:"in_progress"`
 	InProgressPastLease int64 `json:"in_progress_past_lease"`
-	Completed           int64 `json:"completed"`
-	Unknown             int64 `json:"unknown"`
+	// Completed counts completed records up to CompletedCap: a count of
+	// every one would read the whole table's index, and grow with it.
+	Completed       int64 `json:"completed"`
+	CompletedCapped bool  `json:"completed_capped,omitempty"`
+	Unknown         int64 `json:"unknown"`
 }
 
 // Limit bounds the rows of each list.
@@ -179,11 +182,18 @@ func Read(ctx context.Context, tx pgx.Tx, schema string, overdue, recent time.Du
 	err = tx.QueryRow(ctx, q(`SELECT
 		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL),
 		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL AND locked_until < now()),
-		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'completed' AND expires_at > '-infinity'),
-		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'unknown')`)).
+		(SELECT count(*) FROM (SELECT FROM {schema}.idempotency_keys WHERE state = 'completed' AND expires_at > '-infinity'
+			LIMIT $1) c),
+		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'unknown')`), CompletedCap+1).
 		Scan(&rep.Idempotency.InProgress, &rep.Idempotency.InProgressPastLease, &rep.Idempotency.Completed, &rep.Idempotency.Unknown)
+	if rep.Idempotency.Completed > CompletedCap {
+		rep.Idempotency.Completed, rep.Idempotency.CompletedCapped = CompletedCap, true
+	}
 	return rep, err
 }
+
+// CompletedCap bounds the count of completed edge records.
+const CompletedCap = 1000
 
 // groupRanges merges consecutive partitions with the same owner and lease
 // state (held, expired or free).
