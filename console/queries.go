@@ -46,11 +46,14 @@ FROM {schema}.side_effects e
 WHERE e.next_attempt_at IS NOT NULL AND e.next_attempt_at < now() - make_interval(secs => $1) AND e.state = 'pending'
 ORDER BY e.next_attempt_at LIMIT $2`
 
-// unknownEffectsSQL lists unknown effects after the ID $1, in ID order, on
-// the partial index side_effects_unknown_id.
+// unknownEffectsSQL lists unknown effects after the ID $1, in ID order:
+// they wait in the due index at 'infinity' (migration 007), few, sorted.
+// An index of their own would name state in its predicate and end the
+// claims' HOT updates (decision 014).
 const unknownEffectsSQL = `
 SELECT e.id, e.kind, e.source_id, e.attempts, coalesce(e.last_error, ''), e.idempotency_key
-FROM {schema}.side_effects e WHERE e.state = 'unknown' AND e.id > $1 ORDER BY e.id LIMIT $2`
+FROM {schema}.side_effects e WHERE e.next_attempt_at = 'infinity' AND e.state = 'unknown' AND e.id > $1
+ORDER BY e.id LIMIT $2`
 
 // auditSQL lists the entries before the ID $1, the newest first.
 const auditSQL = `

@@ -18,7 +18,3 @@ CREATE INDEX side_effects_idempotency_key ON {schema}.side_effects (idempotency_
 -- The dead letters waiting for a replay, newest last: the inbox page groups
 -- the latest of them, and a table of replayed ones is never read for it.
 CREATE INDEX dead_letters_waiting ON {schema}.dead_letters (created_at) WHERE replayed_at IS NULL;
-
--- The unknown effects in ID order, for the console's keyset pages: few,
--- and written only when an effect becomes unknown.
-CREATE INDEX side_effects_unknown_id ON {schema}.side_effects (id) WHERE state = 'unknown';
