@@ -22,6 +22,7 @@ import (
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/untrusted"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
 )
@@ -104,7 +105,7 @@ func (con *Console) routes() http.Handler {
 	for path, act := range con.actions() {
 		mux.Handle("POST "+path, con.action(act))
 	}
-	var h http.Handler = mux
+	var h http.Handler = storableInput(mux)
 	if con.cfg.Prefix != "" {
 		h = http.StripPrefix(con.cfg.Prefix, h)
 	}
@@ -112,6 +113,31 @@ func (con *Console) routes() http.Handler {
 	// operator's browser) are refused before any handler runs.
 	h = http.NewCrossOriginProtection().Handler(h)
 	return securityHeaders(h)
+}
+
+// maxInput bounds each query or form value the console takes.
+const maxInput = 4096
+
+// storableInput answers 400 to a request with a query or form value that
+// PostgreSQL could not take as text (invalid UTF-8, NUL) or longer than
+// maxInput, before any page reads or acts on it.
+func storableInput(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "the request's parameters could not be read", http.StatusBadRequest)
+			return
+		}
+		for _, vs := range r.Form {
+			for _, v := range vs {
+				if len(v) > maxInput || !untrusted.Storable(v) {
+					http.Error(w, "a parameter is not valid text (invalid UTF-8, NUL) or is longer than 4096 bytes", http.StatusBadRequest)
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // securityHeaders sets the headers of every answer.

@@ -285,3 +285,20 @@ func count(t *testing.T, db *testenv.DB, sql string) int {
 	require.NoError(t, db.Pool.QueryRow(context.Background(), sql).Scan(&n))
 	return n
 }
+
+// Parameters from outside that PostgreSQL could not take as text, or too
+// long, are refused with 400 before any page reads or acts on them; the
+// data is untouched.
+func TestHostileParametersAreRefused(t *testing.T) {
+	t.Parallel()
+	srv, db, s := server(t, console.Config{Writes: true, Operators: map[string]string{operator: password}})
+	for _, bad := range []string{"pay\x00-1", "\xff\xfe", strings.Repeat("k", 5000)} {
+		for _, path := range []string{"/chain?q=", "/chain?q=k&tenant=", "/edge/record?tenant=acme&operation=", "/edge?operation="} {
+			require.Equal(t, http.StatusBadRequest, get(t, srv.URL+path+url.QueryEscape(bad)).status, "%s %q", path, bad)
+		}
+		f := url.Values{"id": {strconv.FormatInt(s.EffectID, 10)}, "to": {"confirmed"}, "note": {bad}, "confirm": {"yes"}}
+		require.Equal(t, http.StatusBadRequest, post(t, srv, "/effects/resolve", f, true, nil).status, "%q", bad)
+	}
+	require.Zero(t, count(t, db, `SELECT count(*) FROM console_audit`))
+	require.Equal(t, http.StatusOK, get(t, srv.URL+"/chain?q="+url.QueryEscape("päy-✓")).status, "valid UTF-8 is fine")
+}

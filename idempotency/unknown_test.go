@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -304,4 +305,27 @@ func getStatusCode(t *testing.T, url, tenant string) int {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// An unknown's reason comes from outside (a provider's error text): NUL,
+// invalid UTF-8 and length are made storable, and the record is kept.
+func TestUnknownReasonIsMadeStorable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, idempotency.Route{}, nil)
+	h.provider = newFakeProvider(t)
+	h.provider.srv.Close() // every charge fails: its error text becomes the reason
+	mw, err := h.edge.Route(&idempotency.Route{Operation: "hostile", Tenant: tenantFromHeader})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.NoError(t, idempotency.Unknown(r, "charge: \x00\xff\xfe "+strings.Repeat("é", 3000)))
+	})))
+	t.Cleanup(srv.Close)
+	p := post(t, srv.URL, "acme", "k-1", `{}`)
+	require.Equal(t, idempotency.CodeOutcomeUnknown, p.problemCode(t))
+	var reason string
+	require.NoError(t, h.db.Pool.QueryRow(context.Background(), `SELECT unknown_reason FROM idempotency_keys WHERE operation = 'hostile'`).Scan(&reason))
+	require.True(t, utf8.ValidString(reason))
+	require.NotContains(t, reason, "\x00")
+	require.LessOrEqual(t, len(reason), 1024+8)
+	require.ErrorIs(t, idempotency.Unknown(httptest.NewRequest(http.MethodGet, "/", nil), "x"), idempotency.ErrNotInRoute)
 }
