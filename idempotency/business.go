@@ -134,7 +134,7 @@ func (rt *route) answerBusinessKeyTx(w http.ResponseWriter, r *http.Request, id 
 	switch {
 	case err == nil:
 		rt.answerBusinessKeyHeld(w, r, id, fp)
-	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
+	case errors.As(err, &pgErr) && gaveUpOnLock(r.Context(), pgErr):
 		rt.inProgress(w)
 	default:
 		rt.storeFailed(w, id, fmt.Errorf("claim the business key: %w", err))

@@ -34,7 +34,7 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 		conn, tx, rec, claimed, token, err := rt.claimTx(ctx, id, fp, lockTimeout)
 		if err != nil {
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			if errors.As(err, &pgErr) && gaveUpOnLock(ctx, pgErr) {
 				if !waitedOnRow(pgErr) && lockTimeout != rt.patientLockTimeout {
 					// Another lock than the key's outlasted the wait (the
 					// table's extension under load, a migration's table
@@ -98,6 +98,18 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 		return
 	}
 	rt.inProgress(w)
+}
+
+// gaveUpOnLock reports whether a claim's statement stopped waiting for a
+// lock: its lock_timeout (55P03), or a cancel that the request did not ask
+// for (57014 while ctx lives). oncekit sends no cancels, and pgx abandons a
+// cancelled context's connection rather than cancel its statement; a cancel
+// comes from an operator's pg_cancel_backend, or from PostgreSQL itself,
+// which reports a lock timeout that fired as the lock was granted as a
+// cancel "due to user request" once the statement waits for a second lock.
+// Either way the claim did not run: it is taken for a lock wait that ended.
+func gaveUpOnLock(ctx context.Context, err *pgconn.PgError) bool {
+	return err.Code == "55P03" || err.Code == "57014" && ctx.Err() == nil
 }
 
 // waitedOnRow reports whether a lock timeout was spent waiting for another

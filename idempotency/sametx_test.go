@@ -78,3 +78,58 @@ func TestSameTxOtherLockIsNotInProgress(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.status, r.body)
 	require.EqualValues(t, 2, runs.Load())
 }
+
+// A SameTx claim whose statement is cancelled though its request was not
+// (an operator's pg_cancel_backend; PostgreSQL's own report of a lock
+// timeout that fired as the lock was granted) did not run: the request
+// goes on waiting as its route says, claims once the lock is free, and
+// runs. It is no store failure (503).
+func TestSameTxCancelledClaimWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	edge, err := idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	mw, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx, Tenant: tenantFromHeader, Wait: 10 * time.Second})
+	require.NoError(t, err)
+	var runs atomic.Int64
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})))
+	defer srv.Close()
+	require.Equal(t, http.StatusCreated, post(t, srv.URL, "acme", "pay-0", `{}`).status)
+	table := pgx.Identifier{db.Schema, "idempotency_keys"}.Sanitize()
+
+	locker, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer locker.Rollback(ctx) //nolint:errcheck
+	_, err = locker.Exec(ctx, "LOCK TABLE "+table+" IN SHARE MODE")
+	require.NoError(t, err)
+
+	answered := make(chan response, 1)
+	go func() { answered <- post(t, srv.URL, "acme", "pay-1", `{}`) }()
+
+	// Cancel the claim once it has waited for the table longer than the
+	// route's 1 ms: the patient claim, whose lock timeout is a second.
+	cancelled := func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(pg_cancel_backend(pid)) FROM pg_locks
+			WHERE relation = $1::regclass AND NOT granted AND now() - waitstart > interval '50 ms'`, table).Scan(&n))
+		return n > 0
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cancelled() {
+		select {
+		case r := <-answered:
+			t.Fatalf("answered %d while the table was locked, before its claim was cancelled: %s", r.status, r.body)
+		case <-tick.C:
+		}
+	}
+	require.NoError(t, locker.Commit(ctx))
+
+	r := <-answered
+	require.Equal(t, http.StatusCreated, r.status, r.body)
+	require.EqualValues(t, 2, runs.Load())
+}
