@@ -91,6 +91,7 @@ var brokenCrashPoints = map[string]map[string][]string{
 	"call-before-fired":        {"dispatch": {"payments.called-not-recorded"}}, // called, attempt not committed
 	"ack-before-commit":        {"consume": {"inbox.before-commit"}},           // acked, not committed
 	"claim-apart":              {"consume": {"inbox.before-commit"}},           // claimed, work not committed
+	"gate-bypassed":            {"consume": {"inbox.before-commit"}},           // handled, not committed: the lane's later messages go elsewhere
 }
 
 const schema = "payments"
