@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // derivedID is an identifier the chain looks for, and how it came from the
@@ -100,18 +101,60 @@ func (con *Console) chain(w http.ResponseWriter, r *http.Request) {
 	if v.Operation != "" { // a route with SharedScope has the tenant ""
 		v.IDs = append(v.IDs, derivedID{oncekit.DeriveID(v.Tenant, v.Query).String(), "the operation's ID: Info.ID, DeriveID(tenant, key)"})
 	}
-	for _, id := range append([]derivedID(nil), v.IDs...) {
-		for _, name := range con.cfg.Derive {
-			v.IDs = append(v.IDs, derivedID{oncekit.DeriveID(id.Value, name).String(), "DeriveID(" + short(id.Value) + ", " + name + ")"})
+	err := con.readOnly(r.Context(), func(tx pgx.Tx) error {
+		if trace, ok := traceID(v.Query); ok {
+			if err := con.readTrace(r, tx, trace, &v); err != nil {
+				return err
+			}
 		}
-	}
-	err := con.readOnly(r.Context(), func(tx pgx.Tx) error { return con.readChain(r, tx, &v) })
+		for _, id := range append([]derivedID(nil), v.IDs...) {
+			for _, name := range con.cfg.Derive {
+				v.IDs = append(v.IDs, derivedID{oncekit.DeriveID(id.Value, name).String(), "DeriveID(" + short(id.Value) + ", " + name + ")"})
+			}
+		}
+		return con.readChain(r, tx, &v)
+	})
 	if err != nil {
 		con.fail(w, r, "chain", err)
 		return
 	}
 	v.Found = v.Edge != nil || len(v.Events)+len(v.Claims)+len(v.Dead)+len(v.Effects) > 0
 	con.render(w, r, "chain", "Chain", v)
+}
+
+// traceID returns the W3C trace ID q names: 32 hex digits, or the second
+// field of a traceparent. An all-zero ID is invalid and names nothing.
+func traceID(q string) (string, bool) {
+	if tracecontext.ValidTraceparent(q) {
+		return q[3:35], true
+	}
+	q = strings.ToLower(q)
+	if len(q) != 32 || strings.Trim(q, "0123456789abcdef") != "" || strings.Trim(q, "0") == "" {
+		return "", false
+	}
+	return q, true
+}
+
+// readTrace adds to v's IDs what the trace ID leads to: the sources of the
+// effects recorded in its trace, and the messages of its dead letters.
+// Every layer is then looked up from those as from any ID given.
+func (con *Console) readTrace(r *http.Request, tx pgx.Tx, trace string, v *chainView) error {
+	rows, err := tx.Query(r.Context(), con.sql.chainTrace, trace)
+	if err != nil {
+		return err
+	}
+	var found, id string
+	_, err = pgx.ForEachRow(rows, []any{&found, &id}, func() error {
+		if !slices.ContainsFunc(v.IDs, func(d derivedID) bool { return d.Value == id }) {
+			how := "an effect's source ID, in trace " + trace
+			if found == "dead letter" {
+				how = "a dead letter's message ID, in trace " + trace
+			}
+			v.IDs = append(v.IDs, derivedID{id, how})
+		}
+		return nil
+	})
+	return err
 }
 
 func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {

@@ -326,6 +326,7 @@ func renderStatements(schema string) statements {
 		chainClaims:    r(chainClaimsSQL),
 		chainDead:      r(chainDeadSQL),
 		chainEffects:   r(chainEffectsSQL),
+		chainTrace:     r(chainTraceSQL),
 		edgeRecord:     r(edgeRecordSQL),
 	}
 }

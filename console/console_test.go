@@ -124,6 +124,28 @@ func TestChainFollowsAPaymentThroughEveryLayer(t *testing.T) {
 	require.Contains(t, get(t, srv.URL+"/chain?q=nothing-like-it").body, `id="nothing"`)
 }
 
+// The chain finds the payment from the W3C trace ID its effect was
+// recorded in and its dead letter's message carried, given alone or as a
+// traceparent, in either case: the effect and the dead letter by the trace,
+// the event and its claims from the dead letter's message ID, and the
+// payment's other layers from the effect's source ID.
+func TestChainFromATraceID(t *testing.T) {
+	t.Parallel()
+	srv, _, s := server(t, console.Config{Derive: []string{consoletest.EventName}})
+	for _, q := range []string{consoletest.TraceID, strings.ToUpper(consoletest.TraceID), "00-" + consoletest.TraceID + "-00f067aa0ba902b7-01"} {
+		p := get(t, srv.URL+"/chain?q="+url.QueryEscape(q))
+		require.Equal(t, http.StatusOK, p.status)
+		require.Contains(t, p.body, "in trace "+consoletest.TraceID, q)
+		require.Regexp(t, `id="chain-events"[\s\S]*`+s.EventID.String()+`[\s\S]*published`, p.body, q)
+		require.Regexp(t, `id="chain-claims"[\s\S]*`+s.EventID.String()+`[\s\S]*ledger`, p.body, q)
+		require.Regexp(t, `id="chain-dead"[\s\S]*mailer[\s\S]*waiting`, p.body, q)
+		require.Regexp(t, `id="chain-effects"[\s\S]*provider.capture[\s\S]*unknown`, p.body, q)
+	}
+	for _, q := range []string{"4bf92f3577b34da6a3ce929d0e0e4737", strings.Repeat("0", 32)} {
+		require.Contains(t, get(t, srv.URL+"/chain?q="+q).body, `id="nothing"`, q)
+	}
+}
+
 // Writes are refused on a read-only console, without credentials (or with
 // wrong ones), and cross-origin; with all three right an action asks for
 // confirmation first, then acts and is audited.

@@ -1,8 +1,9 @@
 // Package console is oncekit's operator console: one web page per layer
 // (overview, outbox, inbox, side effects, edge, drift, audit) and the chain,
-// which follows one operation through every layer from any of its IDs,
-// with the actions that fix what is stuck (unpark, replay dead letters,
-// resolve or retry effects, resolve the edge's unknown records).
+// which follows one operation through every layer from any of its IDs or
+// its W3C trace ID, with the actions that fix what is stuck (unpark, replay
+// dead letters, resolve or retry effects, resolve the edge's unknown
+// records).
 //
 // It is an http.Handler (New) that a service may mount, and the `oncekit
 // console` command. Pages are rendered on the server with html/template;

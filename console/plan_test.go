@@ -32,11 +32,14 @@ func TestPagesReadThroughIndexes(t *testing.T) {
 		INSERT INTO outbox (id, partition, ordering_key, subject, payload)
 			SELECT gen_random_uuid(), g % 8, 'k' || (g % 500), 'a.b', '' FROM generate_series(1, 20000) g;
 		INSERT INTO processed_messages (consumer, message_id) SELECT 'c' || (g % 3), gen_random_uuid() FROM generate_series(1, 20000) g;
-		INSERT INTO dead_letters (consumer, message_id, subject, payload, reason, attempts, replayed_at)
-			SELECT 'c', gen_random_uuid()::text, 'a.b', '', 'err ' || g, 5, now() FROM generate_series(1, 20000) g;
-		INSERT INTO side_effects (source_id, kind, idempotency_key, state, next_attempt_at)
+		INSERT INTO dead_letters (consumer, message_id, subject, payload, headers, reason, attempts, replayed_at)
+			SELECT 'c', gen_random_uuid()::text, 'a.b', '', jsonb_build_object('traceparent', jsonb_build_array('00-' || md5(g::text) || '-00f067aa0ba902b7-01')),
+				'err ' || g, 5, now() FROM generate_series(1, 20000) g;
+		INSERT INTO side_effects (source_id, kind, idempotency_key, state, next_attempt_at, trace)
 			SELECT 's' || g, 'mail', md5('e' || g), CASE WHEN g % 5000 = 7 THEN 'unknown' ELSE 'confirmed' END,
-				CASE WHEN g % 5000 = 7 THEN 'infinity'::timestamptz END FROM generate_series(1, 20000) g;
+				CASE WHEN g % 5000 = 7 THEN 'infinity'::timestamptz END,
+				CASE WHEN g % 2 = 0 THEN jsonb_build_object('traceparent', '00-' || md5(g::text) || '-00f067aa0ba902b7-01') END
+			FROM generate_series(1, 20000) g;
 		INSERT INTO console_audit (operator, action, target, count) SELECT 'a', 'x', 'y', 1 FROM generate_series(1, 20000) g;
 		ANALYZE`)
 	require.NoError(t, err)
@@ -57,6 +60,7 @@ func TestPagesReadThroughIndexes(t *testing.T) {
 		"chain: claims":             {st.chainClaims, []any{ids}},
 		"chain: dead letters":       {st.chainDead, []any{[]string{"a", "b"}}},
 		"chain: effects":            {st.chainEffects, []any{[]string{"a", "b"}, "k"}},
+		"chain: a trace":            {st.chainTrace, []any{"c4ca4238a0b923820dcc509a6f75849b"}},
 		"edge: a record":            {st.edgeRecord, []any{"t1", "pay", "k"}},
 	} {
 		var lines []string

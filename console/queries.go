@@ -7,8 +7,8 @@ import (
 // statements is the console's own SQL, rendered for the schema once. Every
 // statement reads through an index, under a limit.
 type statements struct {
-	deadGroups, deadInGroup, overdue, unknownEffects, audit, insertAudit     string
-	chainEdge, chainOutbox, chainClaims, chainDead, chainEffects, edgeRecord string
+	deadGroups, deadInGroup, overdue, unknownEffects, audit, insertAudit                 string
+	chainEdge, chainOutbox, chainClaims, chainDead, chainEffects, chainTrace, edgeRecord string
 }
 
 // fingerprintExpr groups dead letters by consumer and error, digits taken
@@ -102,6 +102,17 @@ SELECT e.id, e.kind, e.source_id, e.state, e.attempts, e.idempotency_key, coales
 	coalesce(e.last_error, ''), e.created_at, e.updated_at
 FROM {schema}.side_effects e WHERE e.idempotency_key = $2
 ORDER BY 1 LIMIT 100`
+
+// chainTraceSQL finds what a W3C trace ID ($1) leads to: the source IDs of
+// the effects recorded in it (side_effects_trace_id) and the message IDs of
+// its dead letters (dead_letters_trace_id), migration 017. The expressions
+// are the indexes' own.
+const chainTraceSQL = `
+(SELECT 'effect' AS found, e.source_id AS id FROM {schema}.side_effects e
+	WHERE e.trace IS NOT NULL AND substr(e.trace->>'traceparent', 4, 32) = $1 LIMIT 20)
+UNION
+(SELECT 'dead letter', d.message_id FROM {schema}.dead_letters d
+	WHERE substr(coalesce(d.headers->'traceparent'->>0, d.headers->'Traceparent'->>0), 4, 32) = $1 LIMIT 20)`
 
 // edgeRecordSQL reads one edge record, its stored response included, by
 // its primary key.

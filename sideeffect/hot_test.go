@@ -15,6 +15,7 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/sideeffect"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // tupleStats reads side_effects' update counters. A backend reports its
@@ -33,12 +34,18 @@ func tupleStats(t *testing.T, b *bundle, wantUpdates int64) (updates, hot int64)
 // A claim (pending -> fired) changes no indexed column and finds room on its
 // row's page, so PostgreSQL makes it a HOT update: a new row version and no
 // index entry. The confirm takes the row out of the due index and cannot be.
+// The effects are recorded in a trace, so that they are in every index
+// (side_effects_trace_id too).
 func TestClaimsAreHOTUpdates(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rc := newReceiver(t)
 	const n = 600
-	keys := b.record(t, "order.paid", n)
+	traced := tracecontext.ContextWith(context.Background(), tracecontext.Context{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	keys := b.recordIn(t, traced, "order.paid", n)
+	var inTrace int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM side_effects WHERE trace IS NOT NULL`).Scan(&inTrace))
+	require.Equal(t, n, inTrace)
 	pool, err := pgxpool.New(context.Background(), b.db.URL)
 	require.NoError(t, err)
 	stop := runOn(t, pool, b.ledger, map[string]sideeffect.Provider{"order.paid": hook(rc, nil)}, fastConfig(b))

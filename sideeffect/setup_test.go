@@ -38,7 +38,12 @@ func setup(t testing.TB) *bundle {
 // record records n effects of kind in one transaction and returns their keys.
 func (b *bundle) record(t testing.TB, kind string, n int) []string {
 	t.Helper()
-	ctx := context.Background()
+	return b.recordIn(t, context.Background(), kind, n)
+}
+
+// recordIn is record in ctx (its trace context, say).
+func (b *bundle) recordIn(t testing.TB, ctx context.Context, kind string, n int) []string {
+	t.Helper()
 	keys := make([]string, 0, n)
 	batch := batches.Add(1)
 	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
+	"github.com/oncekit/oncekit/tracecontext"
 )
 
 // The seeded payment's identity, as a client and the service name it.
@@ -29,6 +30,9 @@ const (
 	// Secret is in the payloads and the stored response: a page must not
 	// show it unless revealed.
 	Secret = "card-4242-secret"
+	// TraceID is the W3C trace the payment's effect was recorded in and
+	// its dead letter's message carried.
+	TraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 )
 
 // Seeded is what Seed wrote.
@@ -79,7 +83,8 @@ func Seed(t testing.TB, db *testenv.DB) Seeded {
 		if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (consumer, message_id) VALUES ('ledger', $1)`, s.EventID); err != nil {
 			return err
 		}
-		r, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: s.PaymentID.String(), Kind: "provider.capture", Payload: payload})
+		traced := tracecontext.ContextWith(ctx, tracecontext.Context{Traceparent: "00-" + TraceID + "-00f067aa0ba902b7-01"})
+		r, err := ledger.Record(traced, tx, sideeffect.Effect{SourceID: s.PaymentID.String(), Kind: "provider.capture", Payload: payload})
 		if err != nil {
 			return err
 		}
@@ -96,7 +101,7 @@ func Seed(t testing.TB, db *testenv.DB) Seeded {
 		FROM outbox o WHERE o.id = $1 AND p.partition = o.partition`, s.EventID)
 	must(t, err)
 	_, err = store.InsertDeadLetter(ctx, db.Pool, inbox.DeadLetter{Consumer: "mailer", MessageID: s.EventID.String(),
-		Subject: Subject, Payload: payload, Headers: map[string][]string{"Nats-Msg-Id": {s.EventID.String()}},
+		Subject: Subject, Payload: payload, Headers: map[string][]string{"Nats-Msg-Id": {s.EventID.String()}, "Traceparent": {"00-" + TraceID + "-b7ad6b7169203331-01"}},
 		Reason: "smtp: 550 mailbox of user 1234 is full", Attempts: 5})
 	must(t, err)
 	must(t, db.Pool.QueryRow(ctx, `SELECT id FROM dead_letters WHERE message_id = $1`, s.EventID.String()).Scan(&s.DeadLetterID))
