@@ -1,6 +1,9 @@
 package main
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // target is one figure the project sets a target for.
 type target struct {
@@ -52,8 +55,24 @@ var targets = []target{
 	{name: "edge new-key extra round trips", what: "edge first request, extra PostgreSQL round trips",
 		num: "BenchmarkEdge/new-key pg-rt/req", den: "BenchmarkEdge/bare pg-rt/req",
 		value: func(n, d float64) float64 { return n - d }, op: "<=", limit: 1, rate: "pg-rt/req", raw: "bare"},
+	// End to end, commit to the handler's commit, as ratios to a bare
+	// commit, publish and consuming commit in the same iteration: p50 and
+	// p99 within 2x quiet, p99 within 3x with both cores contended.
+	e2e("quiet", 100, "p50", 2), e2e("quiet", 100, "p99", 2), e2e("contended", 100, "p99", 3),
+	e2e("quiet", 1000, "p50", 2), e2e("quiet", 1000, "p99", 2), e2e("contended", 1000, "p99", 3),
+	e2e("quiet", 5000, "p50", 2), e2e("quiet", 5000, "p99", 2), e2e("contended", 5000, "p99", 3),
 	{name: "canonical-json worst/encoding-json", what: "edge fingerprint, adversarial 1 MiB bodies, worst time vs encoding/json (paired)",
 		num: "BenchmarkCanonicalJSON/worst x-encoding-json", op: "<=", limit: 3},
+}
+
+// e2e is the target for BenchmarkLatencyE2E's polling relay at rate
+// events/s, in condition (quiet or contended), at percentile p (p50, p99).
+func e2e(condition string, rate int, p string, limit float64) target {
+	return target{
+		name: fmt.Sprintf("e2e poll/bare %s %s %d/s", p, condition, rate),
+		what: fmt.Sprintf("end to end, commit to handler commit, %s, %s, %s events/s, vs bare (paired)", p, condition, human(float64(rate))),
+		num:  fmt.Sprintf("BenchmarkLatencyE2E/%s-%d x-bare-%s", condition, rate, p), op: "<=", limit: limit,
+	}
 }
 
 // figure computes t's figure from the run's medians; false when the run

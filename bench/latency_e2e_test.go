@@ -1,0 +1,450 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
+)
+
+// e2eRates are the rates BenchmarkLatencyE2E runs at, in events/s:
+// ONCEKIT_BENCH_E2E_RATES (comma-separated), default 100, 1000 and 5000.
+func e2eRates() []int {
+	rates := []int{100, 1000, 5000}
+	if v := os.Getenv("ONCEKIT_BENCH_E2E_RATES"); v != "" {
+		rates = rates[:0]
+		for _, f := range strings.Split(v, ",") {
+			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+				rates = append(rates, n)
+			}
+		}
+	}
+	return rates
+}
+
+// BenchmarkLatencyE2E measures what a service feels: the time from the
+// producer's commit to the consumer's handler having committed, for events
+// committed one per transaction at each rate of e2eRates for
+// ONCEKIT_BENCH_E2E_SECONDS (default 5; the first second is left out as
+// warm-up). Two contenders run in each iteration, one after the other, on
+// fresh schemas and streams:
+//
+//   - bare: the business row committed, then a synchronous JetStream
+//     publish; a JetStream consumer with four workers commits a row per
+//     message (one INSERT, committed on its own: one round trip) and acks
+//     it. The least any service pays for a commit, a publish and a
+//     consuming commit on this machine.
+//   - poll: the business row and its event committed together
+//     (outbox.Enqueue), the relay with its defaults (polling) publishing,
+//     and inbox.Consumer with its defaults (four workers, one message per
+//     transaction) committing a row and its claim: oncekit as the README
+//     deploys it.
+//
+// Each runs quiet, and again contended: two busy-looping processes, one per
+// core of a two-core machine, started by the benchmark around both
+// contenders, so that both suffer the same contention. It reports each
+// contender's p50 and p99 in milliseconds and poll's as ratios to bare's
+// in the same iteration (x-bare-p50, x-bare-p99), and poll's p50 from the
+// commit to its handler's start (poll-start-p50-ms: the relay, JetStream
+// and the claim; the rest is the handler's statement and the commit).
+func BenchmarkLatencyE2E(b *testing.B) {
+	secs := relayEnvInt("ONCEKIT_BENCH_E2E_SECONDS", 5)
+	for _, contended := range []bool{false, true} {
+		cond := "quiet"
+		if contended {
+			cond = "contended"
+		}
+		for _, rate := range e2eRates() {
+			b.Run(fmt.Sprintf("%s-%d", cond, rate), func(b *testing.B) {
+				for i := range b.N {
+					if contended {
+						stop := startHog(b)
+						defer stop()
+					}
+					var bare, poll, started []float64
+					var bareRate, pollRate float64
+					// The order alternates, so that neither always runs
+					// on the warmer (or more tired) machine.
+					if i%2 == 0 {
+						bare, bareRate = e2eBare(b, rate, secs)
+						poll, started, pollRate = e2ePoll(b, rate, secs)
+					} else {
+						poll, started, pollRate = e2ePoll(b, rate, secs)
+						bare, bareRate = e2eBare(b, rate, secs)
+					}
+					b.ReportMetric(bareRate, "bare-events/s")
+					b.ReportMetric(pollRate, "poll-events/s")
+					bp50, bp99 := percentile(bare, 0.50), percentile(bare, 0.99)
+					pp50, pp99 := percentile(poll, 0.50), percentile(poll, 0.99)
+					b.ReportMetric(bp50, "bare-p50-ms")
+					b.ReportMetric(bp99, "bare-p99-ms")
+					b.ReportMetric(pp50, "poll-p50-ms")
+					b.ReportMetric(pp99, "poll-p99-ms")
+					b.ReportMetric(percentile(started, 0.50), "poll-start-p50-ms")
+					b.ReportMetric(pp50/bp50, "x-bare-p50")
+					b.ReportMetric(pp99/bp99, "x-bare-p99")
+				}
+			})
+		}
+	}
+}
+
+// percentile is the p-quantile of sorted latencies.
+func percentile(sorted []float64, p float64) float64 {
+	return sorted[min(int(p*float64(len(sorted))), len(sorted)-1)]
+}
+
+// startHog starts one busy-looping process per CPU and returns what stops
+// them.
+func startHog(b *testing.B) func() {
+	b.Helper()
+	var procs []*exec.Cmd
+	for range max(1, nproc()) {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		procs = append(procs, cmd)
+	}
+	return func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGKILL)
+			_ = p.Wait()
+		}
+	}
+}
+
+func nproc() int {
+	out, err := exec.Command("nproc").Output()
+	if err != nil {
+		return 2
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return 2
+	}
+	return n
+}
+
+// e2eWorld is one contender's fresh schema, stream and pools: the
+// producer's, and the consumer's, whose commits it times.
+type e2eWorld struct {
+	db      *testenv.DB
+	nats    *testenv.NATS
+	stream  string
+	prod    *pgxpool.Pool
+	cons    *pgxpool.Pool
+	handled *commitClock
+	started *commitClock // poll: when each handler started
+}
+
+func newE2EWorld(b *testing.B) *e2eWorld {
+	b.Helper()
+	ctx := context.Background()
+	w := &e2eWorld{db: testenv.NewDB(b), nats: testenv.NewNATS(b), stream: "e2e_" + uuid.NewString()[:8],
+		handled: newCommitClock(), started: newCommitClock()}
+	if _, err := w.db.Pool.Exec(ctx, `CREATE TABLE e2e_payments (id uuid PRIMARY KEY, amount bigint NOT NULL);
+		CREATE TABLE e2e_ledger (id uuid PRIMARY KEY)`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := natsjs.EnsureStream(ctx, w.nats.JS, natsjs.StreamConfig{Name: w.stream, Subjects: []string{w.stream}}); err != nil {
+		b.Fatal(err)
+	}
+	pcfg, err := pgxpool.ParseConfig(w.db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pcfg.MaxConns = writers + 8 // the writers, and the relay's connections
+	if w.prod, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.prod.Close)
+	cfg, err := pgxpool.ParseConfig(w.db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = w.handled
+	if w.cons, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.cons.Close)
+	return w
+}
+
+func (w *e2eWorld) close() {
+	w.prod.Close()
+	w.cons.Close()
+	w.db.Close()
+	w.nats.Close()
+}
+
+// commitClock is a pgx tracer on the consumer's pool: it notes the time
+// each transaction's COMMIT returned for the messages its handlers wrote.
+type commitClock struct {
+	mu      sync.Mutex
+	pending map[*pgx.Conn][]uuid.UUID
+	at      map[uuid.UUID]time.Time
+}
+
+func newCommitClock() *commitClock {
+	return &commitClock{pending: map[*pgx.Conn][]uuid.UUID{}, at: map[uuid.UUID]time.Time{}}
+}
+
+// wrote notes that the transaction open on conn wrote id.
+func (c *commitClock) wrote(conn *pgx.Conn, id uuid.UUID) {
+	c.mu.Lock()
+	c.pending[conn] = append(c.pending[conn], id)
+	c.mu.Unlock()
+}
+
+// committed notes ids as committed now.
+func (c *commitClock) committed(ids ...uuid.UUID) {
+	now := time.Now()
+	c.mu.Lock()
+	for _, id := range ids {
+		if _, ok := c.at[id]; !ok {
+			c.at[id] = now
+		}
+	}
+	c.mu.Unlock()
+}
+
+func (c *commitClock) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.at)
+}
+
+func (c *commitClock) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (c *commitClock) TraceQueryEnd(_ context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
+	tag := data.CommandTag.String()
+	if tag != "COMMIT" && tag != "ROLLBACK" && data.Err == nil {
+		return
+	}
+	c.mu.Lock()
+	ids := c.pending[conn]
+	delete(c.pending, conn)
+	c.mu.Unlock()
+	if tag == "COMMIT" && data.Err == nil {
+		c.committed(ids...)
+	}
+}
+
+// writers is how many goroutines produce commits from, each waiting for
+// its commit before the next: a service's request handlers. Where they
+// cannot keep the rate, the run is longer and its rate lower (reported as
+// events/s) rather than a backlog that measures the machine's queue.
+const writers = 8
+
+// produce commits rate events/s for secs seconds, one per transaction,
+// with send (which commits, returns when its COMMIT did, and for bare then
+// publishes), from writers goroutines; it returns each event's commit time
+// and the rate reached.
+func produce(b *testing.B, rate, secs int, send func(ctx context.Context, id uuid.UUID) (time.Time, error)) (map[uuid.UUID]time.Time, float64) {
+	b.Helper()
+	ctx := context.Background()
+	total := rate * secs
+	var mu sync.Mutex
+	committed := make(map[uuid.UUID]time.Time, total)
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for wr := range writers {
+		wg.Go(func() {
+			for j := wr; j < total; j += writers {
+				if d := time.Until(start.Add(time.Duration(j) * interval)); d > 0 {
+					time.Sleep(d) // pacing the writers at rate, not a wait for state
+				}
+				id := uuid.New()
+				at, err := send(ctx, id)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				committed[id] = at
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	reached := float64(total) / time.Since(start).Seconds()
+	// Events committed in the first second are the warm-up.
+	warm := start.Add(time.Second)
+	for id, at := range committed {
+		if at.Before(warm) {
+			delete(committed, id)
+		}
+	}
+	return committed, reached
+}
+
+// latencies waits until clock has every event of committed and returns the
+// commit → handler commit times in milliseconds, sorted.
+func latencies(b *testing.B, committed map[uuid.UUID]time.Time, clock *commitClock, total int) []float64 {
+	b.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for clock.count() < total {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d events handled after 60 s", clock.count(), total)
+		}
+		<-tick.C
+	}
+	clock.mu.Lock()
+	defer clock.mu.Unlock()
+	lat := make([]float64, 0, len(committed))
+	for id, c := range committed {
+		h, ok := clock.at[id]
+		if !ok {
+			b.Fatalf("event %s committed, never handled", id)
+		}
+		lat = append(lat, float64(h.Sub(c).Microseconds())/1000)
+	}
+	slices.Sort(lat)
+	return lat
+}
+
+const insertPayment = `INSERT INTO e2e_payments (id, amount) VALUES ($1, 1250)`
+
+// e2eBare runs the bare contender and returns its sorted latencies.
+func e2eBare(b *testing.B, rate, secs int) ([]float64, float64) {
+	b.Helper()
+	w := newE2EWorld(b)
+	defer w.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cons, err := w.nats.JS.CreateOrUpdateConsumer(ctx, w.stream, jetstream.ConsumerConfig{Durable: "bare", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := make(chan jetstream.Msg, 512)
+	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	defer cancel()
+	for range 4 {
+		workers.Go(func() {
+			for {
+				var m jetstream.Msg
+				select {
+				case m = <-msgs:
+				case <-ctx.Done():
+					return
+				}
+				id, err := uuid.Parse(m.Headers().Get(nats.MsgIdHdr))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := w.cons.Exec(ctx, `INSERT INTO e2e_ledger (id) VALUES ($1)`, id); err != nil {
+					if ctx.Err() == nil {
+						b.Error(err)
+					}
+					return
+				}
+				w.handled.committed(id)
+				_ = m.Ack()
+			}
+		})
+	}
+	committed, reached := produce(b, rate, secs, func(ctx context.Context, id uuid.UUID) (time.Time, error) {
+		if _, err := w.prod.Exec(ctx, insertPayment, id); err != nil {
+			return time.Time{}, err
+		}
+		at := time.Now()
+		_, err := w.nats.JS.PublishMsg(ctx, &nats.Msg{Subject: w.stream, Data: payload256,
+			Header: nats.Header{nats.MsgIdHdr: []string{id.String()}}})
+		return at, err
+	})
+	return latencies(b, committed, w.handled, rate*secs), reached
+}
+
+// e2ePoll runs oncekit as the README deploys it and returns its sorted
+// latencies, those to its handlers' start, and the rate its writers reached.
+func e2ePoll(b *testing.B, rate, secs int) (lat, start []float64, reached float64) {
+	b.Helper()
+	w := newE2EWorld(b)
+	defer w.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ob, err := outbox.New(&outbox.Config{Schema: w.db.Schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, err := natsjs.NewPublisher(w.nats.Conn, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(w.prod, ob, pub, &outbox.RelayConfig{Logger: relayBenchLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := natsjs.NewSource(ctx, w.nats.JS, &natsjs.SourceConfig{Stream: w.stream, Durable: "ledger"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	c, err := inbox.NewConsumer(w.cons, src, inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, m *inbox.Message) error {
+		w.started.committed(m.ID) // its handler's start
+		w.handled.wrote(tx.Conn(), m.ID)
+		_, err := tx.Exec(ctx, `INSERT INTO e2e_ledger (id) VALUES ($1)`, m.ID)
+		return err
+	}), &inbox.Config{Name: "ledger", Schema: w.db.Schema, Logger: relayBenchLogger(), BatchSize: e2eBatch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var run sync.WaitGroup
+	defer run.Wait()
+	defer cancel()
+	run.Go(func() { _ = relay.Run(ctx) })
+	run.Go(func() { _ = c.Run(ctx) })
+	// The clock starts once the relay holds its partitions.
+	(&relayWorld{pool: w.db.Pool}).waitLeases(b, outbox.DefaultPartitions, 30*time.Second)
+	committed, reached := produce(b, rate, secs, func(ctx context.Context, id uuid.UUID) (time.Time, error) {
+		err := pgx.BeginFunc(ctx, w.prod, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, insertPayment, id); err != nil {
+				return err
+			}
+			_, err := ob.Enqueue(ctx, tx, broker.Message{ID: id, Subject: w.stream, Payload: payload256})
+			return err
+		})
+		return time.Now(), err
+	})
+	return latencies(b, committed, w.handled, rate*secs), latencies(b, committed, w.started, rate*secs), reached
+}
+
+// e2eBatch is poll's inbox.Config.BatchSize: ONCEKIT_BENCH_E2E_BATCH, or
+// the consumer's default.
+var e2eBatch, _ = strconv.Atoi(os.Getenv("ONCEKIT_BENCH_E2E_BATCH"))
+
+// payload256 is every event's payload: 256 bytes, as the relay's benchmarks
+// send.
+var payload256 = []byte(strings.Repeat("x", 256))
