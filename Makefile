@@ -88,7 +88,7 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := ./inbox:FuzzConsumeHostileMessages ./sideeffect:FuzzDispatchHostileAnswers \
 	./idempotency:FuzzEdgeHostileRequests ./idempotency:FuzzCanonicalJSON ./idempotency:FuzzParseKey \
 	./sideeffect/webhook:FuzzParseRetryAfter ./tracecontext:FuzzTraceparent ./internal/untrusted:FuzzKey \
-	./internal/redact:FuzzString ./internal/chaos:FuzzCommitTracker
+	./internal/redact:FuzzString ./internal/chaos:FuzzCommitTracker ./outbox:FuzzWALDecode
 
 fuzz: ## run every fuzz target for FUZZTIME each (30s unless set); their seed corpora run in `make test`
 	@set -e; for t in $(FUZZ_TARGETS); do \

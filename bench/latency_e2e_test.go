@@ -22,6 +22,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
@@ -45,8 +46,8 @@ func e2eRates() []int {
 // producer's commit to the consumer's handler having committed, for events
 // committed one per transaction at each rate of e2eRates for
 // ONCEKIT_BENCH_E2E_SECONDS (default 5; the first second is left out as
-// warm-up). Two contenders run in each iteration, one after the other, on
-// fresh schemas and streams:
+// warm-up). Three contenders run in each iteration, one after the other,
+// on fresh schemas and streams:
 //
 //   - bare: the business row committed, then a synchronous JetStream
 //     publish; a JetStream consumer with four workers commits a row per
@@ -58,14 +59,18 @@ func e2eRates() []int {
 //     and inbox.Consumer with its defaults (four workers, one message per
 //     transaction) committing a row and its claim: oncekit as the README
 //     deploys it.
+//   - logical: poll with the event written into the WAL
+//     (outbox.Config.Logical) and the LogicalRelay following it.
 //
-// Each runs quiet, and again contended: two busy-looping processes, one per
-// core of a two-core machine, started by the benchmark around both
-// contenders, so that both suffer the same contention. It reports each
-// contender's p50 and p99 in milliseconds and poll's as ratios to bare's
-// in the same iteration (x-bare-p50, x-bare-p99), and poll's p50 from the
-// commit to its handler's start (poll-start-p50-ms: the relay, JetStream
-// and the claim; the rest is the handler's statement and the commit).
+// All three run on a PostgreSQL cluster of the benchmark's own with
+// wal_level=logical (e2eCluster), so that they meet the same server. Each
+// runs quiet, and again contended: one busy-looping process per core,
+// started by the benchmark around all three, so that all suffer the same
+// contention. It reports each contender's p50 and p99 in milliseconds,
+// poll's and logical's as ratios to bare's in the same iteration
+// (poll-x-bare-p50, logical-x-bare-p99...), and their p50 from the commit
+// to the handler's start (poll-start-p50-ms: the relay, JetStream and the
+// claim; the rest is the handler's statement and the commit).
 func BenchmarkLatencyE2E(b *testing.B) {
 	secs := relayEnvInt("ONCEKIT_BENCH_E2E_SECONDS", 5)
 	for _, contended := range []bool{false, true} {
@@ -80,28 +85,30 @@ func BenchmarkLatencyE2E(b *testing.B) {
 						stop := startHog(b)
 						defer stop()
 					}
-					var bare, poll, started []float64
-					var bareRate, pollRate float64
-					// The order alternates, so that neither always runs
-					// on the warmer (or more tired) machine.
-					if i%2 == 0 {
-						bare, bareRate = e2eBare(b, rate, secs)
-						poll, started, pollRate = e2ePoll(b, rate, secs)
-					} else {
-						poll, started, pollRate = e2ePoll(b, rate, secs)
-						bare, bareRate = e2eBare(b, rate, secs)
+					// The order rotates, so that none always runs on the
+					// warmer (or more tired) machine.
+					names := []string{"bare", "poll", "logical"}
+					got := map[string]e2eResult{}
+					for k := range names {
+						name := names[(i+k)%len(names)]
+						got[name] = e2eRun(b, name, rate, secs)
 					}
-					b.ReportMetric(bareRate, "bare-events/s")
-					b.ReportMetric(pollRate, "poll-events/s")
-					bp50, bp99 := percentile(bare, 0.50), percentile(bare, 0.99)
-					pp50, pp99 := percentile(poll, 0.50), percentile(poll, 0.99)
-					b.ReportMetric(bp50, "bare-p50-ms")
-					b.ReportMetric(bp99, "bare-p99-ms")
-					b.ReportMetric(pp50, "poll-p50-ms")
-					b.ReportMetric(pp99, "poll-p99-ms")
-					b.ReportMetric(percentile(started, 0.50), "poll-start-p50-ms")
-					b.ReportMetric(pp50/bp50, "x-bare-p50")
-					b.ReportMetric(pp99/bp99, "x-bare-p99")
+					bare := got["bare"]
+					b.ReportMetric(bare.rate, "bare-events/s")
+					b.ReportMetric(percentile(bare.lat, 0.50), "bare-p50-ms")
+					b.ReportMetric(percentile(bare.lat, 0.99), "bare-p99-ms")
+					b.ReportMetric(float64(bare.producerCPU.Nanoseconds())/1000, "bare-pg-producer-µs/event")
+					for _, name := range names[1:] {
+						r := got[name]
+						p50, p99 := percentile(r.lat, 0.50), percentile(r.lat, 0.99)
+						b.ReportMetric(r.rate, name+"-events/s")
+						b.ReportMetric(p50, name+"-p50-ms")
+						b.ReportMetric(p99, name+"-p99-ms")
+						b.ReportMetric(percentile(r.started, 0.50), name+"-start-p50-ms")
+						b.ReportMetric(p50/percentile(bare.lat, 0.50), name+"-x-bare-p50")
+						b.ReportMetric(p99/percentile(bare.lat, 0.99), name+"-x-bare-p99")
+						b.ReportMetric(float64(r.producerCPU.Nanoseconds())/1000, name+"-pg-producer-µs/event")
+					}
 				}
 			})
 		}
@@ -160,7 +167,7 @@ type e2eWorld struct {
 func newE2EWorld(b *testing.B) *e2eWorld {
 	b.Helper()
 	ctx := context.Background()
-	w := &e2eWorld{db: testenv.NewDB(b), nats: testenv.NewNATS(b), stream: "e2e_" + uuid.NewString()[:8],
+	w := &e2eWorld{db: testenv.NewDBOn(b, e2eURL(b)), nats: testenv.NewNATS(b), stream: "e2e_" + uuid.NewString()[:8],
 		handled: newCommitClock(), started: newCommitClock()}
 	if _, err := w.db.Pool.Exec(ctx, `CREATE TABLE e2e_payments (id uuid PRIMARY KEY, amount bigint NOT NULL);
 		CREATE TABLE e2e_ledger (id uuid PRIMARY KEY)`); err != nil {
@@ -174,6 +181,7 @@ func newE2EWorld(b *testing.B) *e2eWorld {
 		b.Fatal(err)
 	}
 	pcfg.MaxConns = writers + 8 // the writers, and the relay's connections
+	pcfg.ConnConfig.RuntimeParams["application_name"] = e2eProducerApp
 	if w.prod, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		b.Fatal(err)
 	}
@@ -330,8 +338,43 @@ func latencies(b *testing.B, committed map[uuid.UUID]time.Time, clock *commitClo
 
 const insertPayment = `INSERT INTO e2e_payments (id, amount) VALUES ($1, 1250)`
 
-// e2eBare runs the bare contender and returns its sorted latencies.
-func e2eBare(b *testing.B, rate, secs int) ([]float64, float64) {
+// e2eResult is one contender's run: its sorted latencies, those to its
+// handlers' start (none for bare), and the rate its writers reached.
+type e2eResult struct {
+	lat, started []float64
+	rate         float64
+	producerCPU  time.Duration // PostgreSQL's, per event
+}
+
+func e2eRun(b *testing.B, name string, rate, secs int) e2eResult {
+	switch name {
+	case "bare":
+		return e2eBare(b, rate, secs)
+	default:
+		return e2eOncekit(b, rate, secs, name == "logical")
+	}
+}
+
+// e2eProducerApp is the application_name of the producers' connections
+// (and the polling relay's, which shares their pool): with the logical
+// relay's replication connection, the producer side whose PostgreSQL CPU
+// producerCPU measures.
+const e2eProducerApp = "e2e_producer"
+
+// producerCPU is the CPU the producer side's PostgreSQL backends have used
+// so far: the producers' and relays' connections, and the logical relay's
+// WAL sender (which decodes).
+func (w *e2eWorld) producerCPU() time.Duration {
+	var total time.Duration
+	for _, app := range []string{e2eProducerApp, "oncekit-logical-relay"} {
+		cpu, _ := backendCPU(context.Background(), w.db.Pool, app)
+		total += cpu
+	}
+	return total
+}
+
+// e2eBare runs the bare contender.
+func e2eBare(b *testing.B, rate, secs int) e2eResult {
 	b.Helper()
 	w := newE2EWorld(b)
 	defer w.close()
@@ -375,6 +418,7 @@ func e2eBare(b *testing.B, rate, secs int) ([]float64, float64) {
 			}
 		})
 	}
+	cpu0 := w.producerCPU()
 	committed, reached := produce(b, rate, secs, func(ctx context.Context, id uuid.UUID) (time.Time, error) {
 		if _, err := w.prod.Exec(ctx, insertPayment, id); err != nil {
 			return time.Time{}, err
@@ -384,18 +428,20 @@ func e2eBare(b *testing.B, rate, secs int) ([]float64, float64) {
 			Header: nats.Header{nats.MsgIdHdr: []string{id.String()}}})
 		return at, err
 	})
-	return latencies(b, committed, w.handled, rate*secs), reached
+	lat := latencies(b, committed, w.handled, rate*secs)
+	return e2eResult{lat: lat, rate: reached, producerCPU: (w.producerCPU() - cpu0) / time.Duration(rate*secs)}
 }
 
-// e2ePoll runs oncekit as the README deploys it and returns its sorted
-// latencies, those to its handlers' start, and the rate its writers reached.
-func e2ePoll(b *testing.B, rate, secs int) (lat, start []float64, reached float64) {
+// e2eOncekit runs oncekit as the README deploys it, with the polling relay
+// or (logical) the LogicalRelay, and returns its sorted latencies, those to
+// its handlers' start, and the rate its writers reached.
+func e2eOncekit(b *testing.B, rate, secs int, logical bool) e2eResult {
 	b.Helper()
 	w := newE2EWorld(b)
 	defer w.close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ob, err := outbox.New(&outbox.Config{Schema: w.db.Schema})
+	ob, err := outbox.New(&outbox.Config{Schema: w.db.Schema, Logical: logical})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -403,7 +449,16 @@ func e2ePoll(b *testing.B, rate, secs int) (lat, start []float64, reached float6
 	if err != nil {
 		b.Fatal(err)
 	}
-	relay, err := outbox.NewRelay(w.prod, ob, pub, &outbox.RelayConfig{Logger: relayBenchLogger()})
+	var relay interface{ Run(context.Context) error }
+	if logical {
+		if err := ob.SetUpLogical(ctx, w.prod); err != nil {
+			b.Fatal(err)
+		}
+		defer dropSlot(w.db, "oncekit_"+w.db.Schema)
+		relay, err = outbox.NewLogicalRelay(w.prod, w.db.URL, ob, pub, &outbox.LogicalRelayConfig{Logger: relayBenchLogger()})
+	} else {
+		relay, err = outbox.NewRelay(w.prod, ob, pub, &outbox.RelayConfig{Logger: relayBenchLogger()})
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -428,6 +483,7 @@ func e2ePoll(b *testing.B, rate, secs int) (lat, start []float64, reached float6
 	run.Go(func() { _ = c.Run(ctx) })
 	// The clock starts once the relay holds its partitions.
 	(&relayWorld{pool: w.db.Pool}).waitLeases(b, outbox.DefaultPartitions, 30*time.Second)
+	cpu0 := w.producerCPU()
 	committed, reached := produce(b, rate, secs, func(ctx context.Context, id uuid.UUID) (time.Time, error) {
 		err := pgx.BeginFunc(ctx, w.prod, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, insertPayment, id); err != nil {
@@ -438,12 +494,59 @@ func e2ePoll(b *testing.B, rate, secs int) (lat, start []float64, reached float6
 		})
 		return time.Now(), err
 	})
-	return latencies(b, committed, w.handled, rate*secs), latencies(b, committed, w.started, rate*secs), reached
+	lat := latencies(b, committed, w.handled, rate*secs)
+	return e2eResult{lat: lat, started: latencies(b, committed, w.started, rate*secs), rate: reached,
+		producerCPU: (w.producerCPU() - cpu0) / time.Duration(rate*secs)}
 }
 
 // e2eBatch is poll's inbox.Config.BatchSize: ONCEKIT_BENCH_E2E_BATCH, or
 // the consumer's default.
 var e2eBatch, _ = strconv.Atoi(os.Getenv("ONCEKIT_BENCH_E2E_BATCH"))
+
+// dropSlot drops a run's slot once its relay has stopped: a slot left
+// behind holds the cluster's WAL.
+func dropSlot(db *testenv.DB, slot string) {
+	_, _ = db.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot)
+}
+
+// e2eCluster is BenchmarkLatencyE2E's PostgreSQL cluster: wal_level =
+// logical, otherwise as a local server ships (fsync and synchronous commit
+// on), started at its first use and stopped by TestMain.
+var e2eCluster struct {
+	once sync.Once
+	pg   *pgcluster.Cluster
+	err  error
+}
+
+const e2eClusterSettings = `
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+max_connections = 200
+shared_buffers = 256MB
+`
+
+func e2eURL(b *testing.B) string {
+	b.Helper()
+	e2eCluster.once.Do(func() {
+		dir, err := os.MkdirTemp("", "oncekit-e2e-log-")
+		if err != nil {
+			e2eCluster.err = err
+			return
+		}
+		e2eCluster.pg, e2eCluster.err = pgcluster.Start(context.Background(), pgcluster.Options{LogDir: dir, Settings: e2eClusterSettings})
+	})
+	if e2eCluster.err != nil {
+		b.Fatalf("a PostgreSQL cluster with wal_level=logical: %v", e2eCluster.err)
+	}
+	return e2eCluster.pg.URL("postgres")
+}
+
+func stopE2ECluster() {
+	if e2eCluster.pg != nil {
+		e2eCluster.pg.Close()
+	}
+}
 
 // payload256 is every event's payload: 256 bytes, as the relay's benchmarks
 // send.

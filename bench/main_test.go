@@ -41,7 +41,9 @@ log_checkpoints = on
 `
 
 func TestMain(m *testing.M) {
-	os.Exit(runBenchmarks(m))
+	code := runBenchmarks(m)
+	stopE2ECluster()
+	os.Exit(code)
 }
 
 // runBenchmarks runs m, on a throwaway cluster when scaleServerEnv asks

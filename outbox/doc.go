@@ -21,4 +21,9 @@
 // with exponential backoff, and is parked after RelayConfig.MaxAttempts
 // attempts: still in the table, visible, and released with Unpark (CLI:
 // `oncekit outbox unpark`). Nothing is ever dropped.
+//
+// With Config.Logical, Enqueue writes each message into the WAL instead
+// (pg_logical_emit_message) and a LogicalRelay follows PostgreSQL's logical
+// decoding through a replication slot: the same guarantees, commit order,
+// no row per message (docs/logical-relay.md).
 package outbox

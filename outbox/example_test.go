@@ -81,3 +81,37 @@ func ExampleNewRelay() {
 		panic(err)
 	}
 }
+
+// Follow the WAL instead of polling the table (wal_level = logical): the
+// producers enqueue with the same Config, and the relay's first run creates
+// the slot they need (or SetUpLogical does, ahead of them).
+func ExampleNewLogicalRelay() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	const url = "postgres://oncekit_relay@127.0.0.1:5432/app" // a role with REPLICATION
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(nats.DefaultURL, nats.MaxReconnects(-1))
+	if err != nil {
+		panic(err)
+	}
+	defer nc.Close()
+	pub, err := natsjs.NewPublisher(nc, nil)
+	if err != nil {
+		panic(err)
+	}
+	ob, err := outbox.New(&outbox.Config{Schema: "oncekit", Logical: true})
+	if err != nil {
+		panic(err)
+	}
+	relay, err := outbox.NewLogicalRelay(pool, url, ob, pub, &outbox.LogicalRelayConfig{Registerer: prometheus.DefaultRegisterer})
+	if err != nil {
+		panic(err)
+	}
+	if err := relay.Run(ctx); err != nil { // until interrupted; a second relay stands by
+		panic(err)
+	}
+}

@@ -1,9 +1,17 @@
 package outbox_test
 
 import (
+	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { leaktest.Main(m) }
+func TestMain(m *testing.M) {
+	leaktest.Main(m, goleak.Cleanup(func(code int) {
+		stopLogicalCluster()
+		os.Exit(code)
+	}))
+}

@@ -50,6 +50,23 @@ type Config struct {
 	// message's headers (a header the message sets itself is kept).
 	// Defaults to tracecontext.W3C.
 	Propagator tracecontext.Propagator
+	// Logical makes Enqueue write each message into the WAL only
+	// (pg_logical_emit_message, transactional), for a LogicalRelay to
+	// follow: no row, no index entry, nothing for the relay to mark or
+	// retention to delete. Enqueue then reports no Duplicates (it cannot
+	// see earlier messages): a message enqueued twice is published twice
+	// with one ID, which JetStream's duplicate window and the consumers'
+	// claims absorb. It needs wal_level=logical, and the slot set up
+	// (SetUpLogical) before the first message: PostgreSQL decodes for a
+	// slot only what commits after its creation, so Enqueue refuses
+	// (ErrNoSlot) until the slot exists. docs/logical-relay.md has the
+	// set-up. Every producer of a schema should use the same mode: the
+	// order of one key's messages written one way and the other is not
+	// kept.
+	Logical bool
+	// Slot names the replication slot (and the publication) of Logical.
+	// Defaults to "oncekit_" and the schema.
+	Slot string
 }
 
 // Outbox writes messages into the outbox table inside the caller's
@@ -59,6 +76,9 @@ type Outbox struct {
 	partitions atomic.Int32 // read from the database by the first Enqueue
 	maxPayload int
 	notify     bool
+	logical    bool
+	slot       string
+	slotSeen   atomic.Bool // the slot existed at an Enqueue
 	prop       tracecontext.Propagator
 	channel    string
 	sql        outboxSQL
@@ -89,6 +109,8 @@ func New(cfg *Config) (*Outbox, error) {
 		schema:     schema,
 		maxPayload: c.MaxPayload,
 		notify:     c.Notify,
+		logical:    c.Logical,
+		slot:       c.Slot,
 		prop:       tracecontext.Or(c.Propagator),
 		channel:    NotifyChannel(schema),
 		sql:        renderOutboxSQL(schema),
@@ -100,6 +122,7 @@ func (c *Config) withDefaults() Config {
 	out := cfgerr.CopyOf(c)
 	out.Schema = cmp.Or(out.Schema, pgsql.DefaultSchema)
 	out.MaxPayload = cmp.Or(out.MaxPayload, DefaultMaxPayload)
+	out.Slot = cmp.Or(out.Slot, "oncekit_"+out.Schema)
 	return out
 }
 
@@ -110,13 +133,17 @@ func (c *Config) validate() error {
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
 	}
+	if len(c.Slot) > 63 || strings.Trim(c.Slot, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+		return bad("Slot", "%q: at most 63 lower-case letters, digits and underscores", c.Slot)
+	}
 	return bad.IfNegative(c, "MaxPayload")
 }
 
 // Enqueue writes msgs into the outbox within tx, in order: messages with the
 // same Key are published in the order of their transactions' commits and,
 // within one transaction, in the order given. A message whose ID is already
-// in the outbox is a no-op reported in EnqueueResult.Duplicates.
+// in the outbox is a no-op reported in EnqueueResult.Duplicates (not with
+// Config.Logical, which writes msgs into the WAL instead of the table).
 //
 // The trace context of ctx (Config.Propagator) is added to each message's
 // headers, except headers the message sets itself.
@@ -130,6 +157,9 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 	}
 	if len(msgs) == 0 {
 		return EnqueueResult{}, nil
+	}
+	if o.logical {
+		return o.enqueueWAL(ctx, tx, msgs)
 	}
 	ids := make([]uuid.UUID, len(msgs))
 	rawIDs := make([][16]byte, len(msgs)) // binary encoding, no text round trip

@@ -41,6 +41,8 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		signKey   = fs.String("signing-key", "", "`FILE` holding the base64 Ed25519 private key (or 32-byte seed) that signs every event (eventsig); off by default")
 		signKeyID = fs.String("signing-key-id", "", "`ID` naming --signing-key in each signature, so consumers can hold several keys during a rotation")
+		logical   = fs.Bool("logical", false, "follow the WAL through a replication slot (producers enqueue with outbox.Config.Logical; wal_level=logical) instead of polling the outbox table; the table's relay runs too, for parked and older rows")
+		slot      = fs.String("slot", "", "`NAME` of the replication slot and publication of --logical (default oncekit_ and the schema)")
 	)
 	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
 	fs.StringVar(&cfg.ID, "id", "", "name of this relay in the lease tables (default hostname-pid-random)")
@@ -111,11 +113,21 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		}
 		pub = eventsig.SignPublisher(np, signer)
 	}
-	ob, err := outbox.New(&outbox.Config{Schema: db.schema()})
+	if *slot != "" && !*logical {
+		return usagef("--slot needs --logical")
+	}
+	ob, err := outbox.New(&outbox.Config{Schema: db.schema(), Logical: *logical, Slot: *slot})
 	if err != nil {
 		return relayFlags.usage(err)
 	}
-	relay, err := outbox.NewRelay(pool, ob, pub, &cfg)
+	var relay interface{ Run(context.Context) error }
+	if *logical {
+		relay, err = outbox.NewLogicalRelay(pool, db.url(), ob, pub, &outbox.LogicalRelayConfig{
+			PublishTimeout: cfg.PublishTimeout, BatchSize: cfg.BatchSize, Table: cfg, Logger: log,
+			Registerer: reg})
+	} else {
+		relay, err = outbox.NewRelay(pool, ob, pub, &cfg)
+	}
 	if err != nil {
 		return relayFlags.usage(err)
 	}

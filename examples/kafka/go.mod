@@ -9,6 +9,11 @@ require (
 )
 
 require (
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
+)
+
+require (
 	github.com/IBM/sarama v1.43.3 // indirect
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -88,9 +88,21 @@ func NewDB(t testing.TB) *DB {
 // for tests of an upgrade.
 func NewDBAt(t testing.TB, version int) *DB {
 	t.Helper()
+	return newDB(t, DatabaseURL(), version)
+}
+
+// NewDBOn is NewDB on the server and database of url (a throwaway
+// cluster's, say) instead of DatabaseURL.
+func NewDBOn(t testing.TB, url string) *DB {
+	t.Helper()
+	return newDB(t, url, 0)
+}
+
+func newDB(t testing.TB, url string, version int) *DB {
+	t.Helper()
 	ctx := context.Background()
 	schema := Name(t)
-	cfg, err := pgxpool.ParseConfig(DatabaseURL())
+	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	if cfg.MaxConns < 8 {
@@ -99,8 +111,8 @@ func NewDBAt(t testing.TB, version int) *DB {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	_, err = migrations.Up(ctx, pool, migrations.WithSchema(schema), migrations.WithTarget(version))
-	require.NoError(t, err, "migrations on %s (is PostgreSQL up?)", DatabaseURL())
-	db := &DB{Pool: pool, Schema: schema, URL: withSearchPath(DatabaseURL(), schema)}
+	require.NoError(t, err, "migrations on %s (is PostgreSQL up?)", url)
+	db := &DB{Pool: pool, Schema: schema, URL: withSearchPath(url, schema)}
 	t.Cleanup(db.Close)
 	return db
 }

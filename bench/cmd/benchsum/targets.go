@@ -58,20 +58,24 @@ var targets = []target{
 	// End to end, commit to the handler's commit, as ratios to a bare
 	// commit, publish and consuming commit in the same iteration: p50 and
 	// p99 within 2x quiet, p99 within 3x with both cores contended.
-	e2e("quiet", 100, "p50", 2), e2e("quiet", 100, "p99", 2), e2e("contended", 100, "p99", 3),
-	e2e("quiet", 1000, "p50", 2), e2e("quiet", 1000, "p99", 2), e2e("contended", 1000, "p99", 3),
-	e2e("quiet", 5000, "p50", 2), e2e("quiet", 5000, "p99", 2), e2e("contended", 5000, "p99", 3),
+	e2e("poll", "quiet", 100, "p50", 2), e2e("poll", "quiet", 100, "p99", 2), e2e("poll", "contended", 100, "p99", 3),
+	e2e("poll", "quiet", 1000, "p50", 2), e2e("poll", "quiet", 1000, "p99", 2), e2e("poll", "contended", 1000, "p99", 3),
+	e2e("poll", "quiet", 5000, "p50", 2), e2e("poll", "quiet", 5000, "p99", 2), e2e("poll", "contended", 5000, "p99", 3),
+	e2e("logical", "quiet", 100, "p50", 2), e2e("logical", "quiet", 100, "p99", 2), e2e("logical", "contended", 100, "p99", 3),
+	e2e("logical", "quiet", 1000, "p50", 2), e2e("logical", "quiet", 1000, "p99", 2), e2e("logical", "contended", 1000, "p99", 3),
+	e2e("logical", "quiet", 5000, "p50", 2), e2e("logical", "quiet", 5000, "p99", 2), e2e("logical", "contended", 5000, "p99", 3),
 	{name: "canonical-json worst/encoding-json", what: "edge fingerprint, adversarial 1 MiB bodies, worst time vs encoding/json (paired)",
 		num: "BenchmarkCanonicalJSON/worst x-encoding-json", op: "<=", limit: 3},
 }
 
-// e2e is the target for BenchmarkLatencyE2E's polling relay at rate
-// events/s, in condition (quiet or contended), at percentile p (p50, p99).
-func e2e(condition string, rate int, p string, limit float64) target {
+// e2e is the target for BenchmarkLatencyE2E's relay (poll or logical) at
+// rate events/s, in condition (quiet or contended), at percentile p (p50,
+// p99).
+func e2e(relay, condition string, rate int, p string, limit float64) target {
 	return target{
-		name: fmt.Sprintf("e2e poll/bare %s %s %d/s", p, condition, rate),
-		what: fmt.Sprintf("end to end, commit to handler commit, %s, %s, %s events/s, vs bare (paired)", p, condition, human(float64(rate))),
-		num:  fmt.Sprintf("BenchmarkLatencyE2E/%s-%d x-bare-%s", condition, rate, p), op: "<=", limit: limit,
+		name: fmt.Sprintf("e2e %s/bare %s %s %d/s", relay, p, condition, rate),
+		what: fmt.Sprintf("end to end, commit to handler commit, %s relay, %s, %s, %s events/s, vs bare (paired)", relay, p, condition, human(float64(rate))),
+		num:  fmt.Sprintf("BenchmarkLatencyE2E/%s-%d %s-x-bare-%s", condition, rate, relay, p), op: "<=", limit: limit,
 	}
 }
 

@@ -1,0 +1,478 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/cfgerr"
+	"github.com/oncekit/oncekit/internal/untrusted"
+	"github.com/oncekit/oncekit/internal/wait"
+)
+
+// LogicalRelayConfig configures a LogicalRelay. The zero value works.
+type LogicalRelayConfig struct {
+	// BatchSize is the most messages published at once. Defaults to 1000.
+	BatchSize int
+	// PublishTimeout bounds one publish round. Defaults to 30s.
+	PublishTimeout time.Duration
+	// StatusInterval is the longest time between two reports of the
+	// confirmed position to PostgreSQL, and the period of the slot lag
+	// gauge and the lease check. Defaults to 10s.
+	StatusInterval time.Duration
+	// MaxAttempts is the number of failed publishes after which a message
+	// is parked (written to the outbox table, parked, with its key's later
+	// messages behind it), so that it holds up nothing else. Attempts are
+	// counted only while the broker is reachable (an outage parks
+	// nothing). Defaults to 5.
+	MaxAttempts int
+	// MinBackoff and MaxBackoff bound the wait before a failed round is
+	// tried again: everything after the failure waits with it (the relay
+	// publishes in commit order). Default to 100ms and 2s.
+	MinBackoff, MaxBackoff time.Duration
+	// Table configures the polling Relay the LogicalRelay runs for the
+	// outbox table: parked messages once unparked, and rows enqueued
+	// without Config.Logical (before a switch). Its Registerer is its own.
+	Table RelayConfig
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the relay's metrics. Nil means no metrics.
+	Registerer prometheus.Registerer
+}
+
+func (c *LogicalRelayConfig) withDefaults() LogicalRelayConfig {
+	out := cfgerr.CopyOf(c)
+	out.BatchSize = cmp.Or(out.BatchSize, 1000)
+	out.PublishTimeout = cmp.Or(out.PublishTimeout, 30*time.Second)
+	out.StatusInterval = cmp.Or(out.StatusInterval, 10*time.Second)
+	out.MaxAttempts = cmp.Or(out.MaxAttempts, 5)
+	out.MinBackoff = cmp.Or(out.MinBackoff, 100*time.Millisecond)
+	out.MaxBackoff = cmp.Or(out.MaxBackoff, 2*time.Second)
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Table.Logger == nil {
+		out.Table.Logger = out.Logger
+	}
+	return out
+}
+
+func (c *LogicalRelayConfig) validate() error {
+	bad := cfgerr.For(ErrInvalidConfig, "outbox: LogicalRelayConfig")
+	if err := bad.IfNegative(c, "BatchSize", "PublishTimeout", "StatusInterval", "MaxAttempts", "MinBackoff", "MaxBackoff"); err != nil {
+		return err
+	}
+	if c.MinBackoff > c.MaxBackoff {
+		return bad("MinBackoff", "%v is above MaxBackoff (%v)", c.MinBackoff, c.MaxBackoff)
+	}
+	return nil
+}
+
+// LogicalRelay publishes the messages an Outbox with Config.Logical writes
+// into the WAL, following PostgreSQL's logical decoding (pgoutput) through
+// a replication slot: no query of the outbox, no row per message. Messages
+// reach the broker in commit order (so each key's in order), and the
+// slot's position is confirmed only past transactions every message of
+// which the broker acknowledged: after a crash PostgreSQL sends again what
+// was not confirmed, and the broker's deduplication (Nats-Msg-Id) absorbs
+// what had gone out. One relay streams at a time: it holds a lease (an
+// advisory lock) that a standby waits for. docs/logical-relay.md has the
+// set-up (wal_level=logical, PostgreSQL 14 or later).
+type LogicalRelay struct {
+	pool oncekit.Pool
+	conn string // the replication connection's string
+	ob   *Outbox
+	pub  broker.Publisher
+	cfg  LogicalRelayConfig
+	log  *slog.Logger
+	m    *logicalMetrics
+	sql  logicalSQL
+	tbl  *Relay
+
+	running sync.Mutex
+}
+
+// NewLogicalRelay returns a relay for ob's schema: it streams through a
+// replication connection to connString (a database's, to which it adds
+// replication=database) and uses pool for its lease, its slot's set-up and
+// the outbox table.
+func NewLogicalRelay(pool oncekit.Pool, connString string, ob *Outbox, pub broker.Publisher, cfg *LogicalRelayConfig) (*LogicalRelay, error) {
+	if pool == nil || ob == nil || pub == nil || connString == "" {
+		return nil, fmt.Errorf("%w: NewLogicalRelay: pool, connection string, outbox and publisher are required", ErrInvalidConfig)
+	}
+	if !ob.logical {
+		return nil, fmt.Errorf("%w: NewLogicalRelay: the outbox writes to its table (set Config.Logical)", ErrInvalidConfig)
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	tbl, err := NewRelay(pool, ob, pub, &c.Table)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newLogicalMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &LogicalRelay{pool: pool, conn: connString, ob: ob, pub: pub, cfg: c, tbl: tbl, m: m, sql: renderLogicalSQL(ob.schema),
+		log: c.Logger.With("component", "outbox.logical_relay", "slot", ob.slot)}, nil
+}
+
+// Run waits for the lease, then streams until ctx ends or the stream
+// fails; it runs the table's polling relay meanwhile. A lost connection
+// is reconnected after a pause; what was not confirmed is sent again.
+func (r *LogicalRelay) Run(ctx context.Context) error {
+	if !r.running.TryLock() {
+		return errors.New("outbox: LogicalRelay.Run is already running")
+	}
+	defer r.running.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var tableErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if tableErr = r.tbl.Run(ctx); tableErr != nil && ctx.Err() == nil {
+			cancel()
+		}
+	})
+	defer wg.Wait()
+	for pause := r.cfg.MinBackoff; ctx.Err() == nil; pause = min(2*pause, 5*time.Second) {
+		err := r.leased(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		r.log.Warn("logical relay stream ended; starting again", "err", err, "wait", pause)
+		wait.Sleep(ctx, pause)
+	}
+	cancel()
+	wg.Wait()
+	if tableErr != nil && !errors.Is(tableErr, context.Canceled) {
+		return tableErr
+	}
+	return nil
+}
+
+// heartbeatSuffix makes the prefix of the relay's heartbeats, and
+// heartbeatSQL writes one.
+const (
+	heartbeatSuffix = ".heartbeat"
+	heartbeatSQL    = `SELECT pg_logical_emit_message(false, $1, ''::bytea)`
+)
+
+// leaseSQL takes the advisory lock a LogicalRelay of slot holds while it
+// streams.
+const leaseSQL = `SELECT pg_try_advisory_lock(hashtextextended('oncekit.logical_relay.' || $1, 0))`
+
+// leased takes the lease (waiting for it), sets the slot up and streams
+// while the lease holds.
+func (r *LogicalRelay) leased(ctx context.Context) error {
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire the lease's connection: %w", err)
+	}
+	// The lock lives with the session: the connection is closed, not put
+	// back in the pool, so that no one else inherits it.
+	defer func() { _ = c.Conn().Close(context.WithoutCancel(ctx)); c.Release() }()
+	for waited := false; ; waited = true {
+		var got bool
+		if err := c.QueryRow(ctx, leaseSQL, r.ob.slot).Scan(&got); err != nil {
+			return fmt.Errorf("take the lease: %w", err)
+		}
+		if got {
+			break
+		}
+		if !waited {
+			r.log.Info("another relay streams the slot; standing by")
+		}
+		r.m.standby.Set(1)
+		if !wait.Sleep(ctx, r.cfg.StatusInterval/4) {
+			return ctx.Err()
+		}
+	}
+	r.m.standby.Set(0)
+	r.log.Info("lease taken; streaming")
+	if err := r.ob.SetUpLogical(ctx, r.pool); err != nil {
+		return err
+	}
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() { // the lease holds while its session does
+		t := time.NewTicker(r.cfg.StatusInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				// The heartbeat: a message of no transaction, which the
+				// stream brings back so that an idle slot moves with the
+				// server (the session is the lease's check).
+				if _, err := c.Exec(sctx, heartbeatSQL, walPrefix(r.ob.schema)+heartbeatSuffix); err != nil && sctx.Err() == nil {
+					stop(fmt.Errorf("lease lost: %w", err))
+					return
+				}
+				r.refreshLag(sctx)
+			}
+		}
+	}()
+	err = r.stream(sctx)
+	if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
+		return cause
+	}
+	return err
+}
+
+// SetUpLogical creates what Config.Logical needs, when missing: the
+// publication pgoutput reads (empty: messages need no table) and the
+// replication slot, both named Config.Slot. Run it before the first
+// Enqueue: the slot decodes only what commits after its creation. db must
+// not be in a transaction that wrote.
+func (o *Outbox) SetUpLogical(ctx context.Context, db oncekit.Querier) error {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)`, o.slot).Scan(&exists); err != nil {
+		return fmt.Errorf("outbox: look up the publication: %w", err)
+	}
+	if !exists {
+		if _, err := db.Exec(ctx, `CREATE PUBLICATION `+pgx.Identifier{o.slot}.Sanitize()); err != nil && !isCode(err, "42710") {
+			return fmt.Errorf("outbox: create the publication: %w", err)
+		}
+	}
+	if err := db.QueryRow(ctx, slotExistsSQL, o.slot).Scan(&exists); err != nil {
+		return fmt.Errorf("outbox: look up the slot: %w", err)
+	}
+	if !exists {
+		// PostgreSQL 17 keeps a failover slot on the standbys that sync
+		// slots (sync_replication_slots), so that a failover keeps it.
+		var version int
+		if err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+			return fmt.Errorf("outbox: server version: %w", err)
+		}
+		create := `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+		if version >= 170000 {
+			create = `SELECT pg_create_logical_replication_slot($1, 'pgoutput', failover => true)`
+		}
+		_, err := db.Exec(ctx, create, o.slot)
+		if err != nil && !isCode(err, "42710") {
+			return fmt.Errorf("outbox: create the slot: %w", err)
+		}
+	}
+	return nil
+}
+
+const slotExistsSQL = `SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`
+
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// replicationString is connString with replication=database.
+func replicationString(connString string) string {
+	if strings.Contains(connString, "://") {
+		sep := "?"
+		if strings.Contains(connString, "?") {
+			sep = "&"
+		}
+		return connString + sep + "replication=database"
+	}
+	return connString + " replication=database"
+}
+
+// walEvent is one message decoded from the WAL, with the end of its
+// transaction: the position that may be confirmed once it and every event
+// before it are settled.
+type walEvent struct {
+	msg      broker.Message
+	txEnd    pglogrepl.LSN
+	attempts int
+	done     bool // acknowledged, or handed to the table
+}
+
+// stream runs one replication session: decode, publish, confirm.
+func (r *LogicalRelay) stream(ctx context.Context) error {
+	cfg, err := pgconn.ParseConfig(replicationString(r.conn))
+	if err != nil {
+		return fmt.Errorf("replication connection string: %w", err)
+	}
+	for k := range cfg.RuntimeParams {
+		if strings.HasPrefix(k, "pool_") { // pgxpool's, in a URL both share
+			delete(cfg.RuntimeParams, k)
+		}
+	}
+	cfg.RuntimeParams["application_name"] = "oncekit-logical-relay"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	err = pglogrepl.StartReplication(ctx, conn, r.ob.slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.ob.slot + "'", "messages 'true'"},
+	})
+	if err != nil {
+		return fmt.Errorf("start replication: %w", err)
+	}
+	s := &session{r: r, conn: conn, prefix: walPrefix(r.ob.schema), statusAt: time.Now()}
+	return s.run(ctx)
+}
+
+// session is one replication connection's state.
+type session struct {
+	r      *LogicalRelay
+	conn   *pgconn.PgConn
+	prefix string
+
+	inTx      bool
+	txEvents  []walEvent    // the open transaction's events
+	pending   []walEvent    // committed, not yet all settled, in commit order
+	confirmed pglogrepl.LSN // reported to PostgreSQL as flushed
+	flushable pglogrepl.LSN // the position that may be confirmed: past every settled transaction, or a heartbeat's while idle
+	statusAt  time.Time
+	failures  int // consecutive failed rounds
+}
+
+func (s *session) run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		// Read until a batch is full, or nothing more comes at once.
+		wait := s.r.cfg.StatusInterval - time.Since(s.statusAt)
+		if len(s.pending) > 0 {
+			wait = 0
+		}
+		if err := s.read(ctx, max(wait, 0)); err != nil {
+			return err
+		}
+		if len(s.pending) > 0 {
+			if err := s.publish(ctx); err != nil {
+				return err
+			}
+		}
+		if err := s.report(ctx, false); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// A round gathers what the stream brings while it keeps coming: it closes
+// once nothing arrives for roundLinger after an event is pending, and at
+// roundMax after the first at the latest (or at BatchSize events).
+const (
+	roundLinger = 200 * time.Microsecond
+	roundMax    = time.Millisecond
+)
+
+// read receives replication messages for a round: until nothing arrives
+// within wait while nothing is pending, or as roundLinger and roundMax say
+// once something is.
+func (s *session) read(ctx context.Context, wait time.Duration) error {
+	var closes time.Time
+	for len(s.pending) < s.r.cfg.BatchSize {
+		d := max(wait, roundLinger)
+		if len(s.pending) > 0 {
+			if closes.IsZero() {
+				closes = time.Now().Add(roundMax)
+			}
+			if d = min(roundLinger, time.Until(closes)); d <= 0 {
+				return nil
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, d)
+		raw, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				return nil
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyData:
+			if err := s.copyData(ctx, msg.Data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *session) copyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		// Its position is the server's WAL end, which may be ahead of what
+		// was decoded and sent: never confirmed (the heartbeats are).
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return err
+		}
+		if k.ReplyRequested {
+			return s.report(ctx, true)
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return err
+		}
+		return s.decode(x.WALData)
+	}
+	return nil
+}
+
+func (s *session) decode(data []byte) error {
+	m, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.BeginMessage:
+		s.inTx, s.txEvents = true, s.txEvents[:0]
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix == s.prefix+heartbeatSuffix && !m.Transactional {
+			// Every transaction that committed before it has been sent:
+			// with nothing pending, the slot may move past it.
+			if !s.inTx && len(s.pending) == 0 {
+				s.flushable = max(s.flushable, m.LSN)
+			}
+			return nil
+		}
+		if m.Prefix != s.prefix || !m.Transactional {
+			return nil
+		}
+		msg, err := walDecode(m.Content)
+		if err != nil {
+			// Not a message Enqueue wrote: someone else used the prefix.
+			s.r.m.undecodable.Inc()
+			s.r.log.Error("skipping a WAL message under the outbox's prefix that Enqueue did not write",
+				"lsn", m.LSN.String(), "err", err, "content", untrusted.Text(string(m.Content), 200))
+			return nil
+		}
+		s.txEvents = append(s.txEvents, walEvent{msg: msg})
+	case *pglogrepl.CommitMessage:
+		for _, e := range s.txEvents {
+			e.txEnd = m.TransactionEndLSN
+			s.pending = append(s.pending, e)
+		}
+		s.inTx, s.txEvents = false, s.txEvents[:0]
+		if len(s.pending) == 0 {
+			s.flushable = max(s.flushable, m.TransactionEndLSN) // nothing of ours: confirmable
+		}
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/promshare"
+	"github.com/oncekit/oncekit/internal/untrusted"
+	"github.com/oncekit/oncekit/internal/wait"
+)
+
+// publish sends the pending events that are not settled yet, each key's in
+// order; events of a key that has rows in the outbox table go there, behind
+// them. It confirms what it settled, and after a failed round waits before
+// the next.
+func (s *session) publish(ctx context.Context) error {
+	r := s.r
+	tabled, err := r.tableKeys(ctx, s.pending)
+	if err != nil {
+		return err
+	}
+	var toTable, send []int
+	for i := range s.pending {
+		switch e := &s.pending[i]; {
+		case e.done:
+		case e.msg.Key != "" && tabled[e.msg.Key]:
+			toTable = append(toTable, i)
+		default:
+			send = append(send, i)
+		}
+	}
+	if err := s.toTable(ctx, toTable, nil); err != nil {
+		return err
+	}
+	msgs := make([]broker.Message, len(send))
+	prev := make([]int, len(send))
+	last := make(map[string]int, len(send))
+	for j, i := range send {
+		msgs[j], prev[j] = s.pending[i].msg, -1
+		if k := msgs[j].Key; k != "" {
+			if p, ok := last[k]; ok {
+				prev[j] = p
+			}
+			last[k] = j
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	var results []broker.Result
+	if cp, ok := r.pub.(chainPublisher); ok {
+		results = cp.PublishChain(pctx, msgs, prev)
+	} else {
+		results = publishInWaves(pctx, r.pub, msgs, prev)
+	}
+	cancel()
+	crashpoint.Hit("logical.after-publish")
+	var acked int
+	var failed []int
+	skipped := make([]bool, len(results))
+	for j, res := range results {
+		i := send[j]
+		switch {
+		case res.Err == nil:
+			s.pending[i].done = true
+			acked++
+		case prev[j] >= 0 && (skipped[prev[j]] || results[prev[j]].Err != nil):
+			skipped[j] = true // not sent: behind its key's failure
+		default:
+			failed = append(failed, i)
+		}
+	}
+	// A failure counts as the message's attempt only while the broker is
+	// reachable: an outage parks nothing.
+	if down := acked == 0 && r.tbl.brokerDown(); !down {
+		for _, i := range failed {
+			s.pending[i].attempts++
+		}
+	}
+	r.m.published.Add(float64(acked))
+	if len(failed) > 0 {
+		r.m.failures.Add(float64(len(failed)))
+		// A message that keeps failing while the broker takes others is
+		// parked, its key's later messages behind it in the table.
+		var park []int
+		errs := map[int]string{}
+		for _, i := range failed {
+			if s.pending[i].attempts >= r.cfg.MaxAttempts {
+				park = append(park, i)
+				errs[i] = untrusted.Text(results[indexOf(send, i)].Err.Error(), maxErrBytes)
+			}
+		}
+		if err := s.toTable(ctx, park, errs); err != nil {
+			return err
+		}
+	}
+	s.settle()
+	if len(failed) == 0 {
+		s.failures = 0
+		return nil
+	}
+	s.failures++
+	pause := min(r.cfg.MinBackoff<<min(s.failures-1, 20), r.cfg.MaxBackoff)
+	r.log.Warn("publish failed; trying again", "failed", len(failed), "acknowledged", acked, "wait", pause,
+		"err", untrusted.Text(results[indexOf(send, failed[0])].Err.Error(), maxErrBytes))
+	if err := s.report(ctx, true); err != nil {
+		return err
+	}
+	wait.Sleep(ctx, pause)
+	return nil
+}
+
+func indexOf(xs []int, x int) int {
+	for j, v := range xs {
+		if v == x {
+			return j
+		}
+	}
+	return -1
+}
+
+// publishInWaves publishes with a publisher that cannot chain: rounds of at
+// most one message per key, a key's next sent in the next round, never
+// after its key failed.
+func publishInWaves(ctx context.Context, pub broker.Publisher, msgs []broker.Message, prev []int) []broker.Result {
+	results := make([]broker.Result, len(msgs))
+	sent := make([]bool, len(msgs))
+	for {
+		var wave []int
+		for j := range msgs {
+			if sent[j] || prev[j] >= 0 && !(sent[prev[j]] && results[prev[j]].Err == nil) {
+				continue
+			}
+			wave = append(wave, j)
+		}
+		if len(wave) == 0 {
+			for j := range msgs {
+				if !sent[j] {
+					results[j] = broker.Result{ID: msgs[j].ID, Err: errNotSent}
+				}
+			}
+			return results
+		}
+		batch := make([]broker.Message, len(wave))
+		for k, j := range wave {
+			batch[k] = msgs[j]
+		}
+		for k, res := range pub.Publish(ctx, batch) {
+			results[wave[k]], sent[wave[k]] = res, true
+		}
+	}
+}
+
+var errNotSent = fmt.Errorf("outbox: not sent: an earlier message of its key failed")
+
+// settle drops the settled events from the head of pending, up to the end
+// of the last transaction whose every event is settled: the position that
+// may be confirmed.
+func (s *session) settle() {
+	cut := 0
+	for i := range s.pending {
+		if !s.pending[i].done {
+			break
+		}
+		if i+1 == len(s.pending) || s.pending[i+1].txEnd != s.pending[i].txEnd {
+			cut = i + 1
+		}
+	}
+	if cut > 0 {
+		s.flushable = max(s.flushable, s.pending[cut-1].txEnd)
+		s.pending = append(s.pending[:0], s.pending[cut:]...)
+	}
+}
+
+// report tells PostgreSQL how far the slot may move: past every settled
+// transaction and, when nothing is pending, past the last heartbeat (which
+// keeps an idle schema's slot from holding WAL back). It sends when forced, when the position moved
+// (at most every 50 ms), and at least every StatusInterval.
+func (s *session) report(ctx context.Context, force bool) error {
+	pos := s.flushable
+	moved := pos > s.confirmed && time.Since(s.statusAt) >= 50*time.Millisecond
+	if !force && !moved && time.Since(s.statusAt) < s.r.cfg.StatusInterval {
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: max(pos, s.confirmed)})
+	if err != nil {
+		return fmt.Errorf("report the position: %w", err)
+	}
+	s.confirmed, s.statusAt = max(pos, s.confirmed), time.Now()
+	return nil
+}
+
+// toTable writes pending events into the outbox table, in order: parked
+// (with their error) when errs has their index, else pending behind the
+// held rows of their key, for the table's relay. Each is then settled.
+func (s *session) toTable(ctx context.Context, idx []int, errs map[int]string) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	r := s.r
+	n, err := r.ob.partitionCount(ctx, r.pool)
+	if err != nil {
+		return err
+	}
+	ids := make([][16]byte, len(idx))
+	parts, attempts := make([]int32, len(idx)), make([]int32, len(idx))
+	keys, subjects, headers, lastErrs := make([]string, len(idx)), make([]string, len(idx)), make([]*string, len(idx)), make([]*string, len(idx))
+	payloads := make([][]byte, len(idx))
+	for k, i := range idx {
+		e := &s.pending[i]
+		ids[k], parts[k], keys[k], subjects[k] = e.msg.ID, int32(partitionOf(e.msg, n)), e.msg.Key, e.msg.Subject
+		payloads[k], attempts[k] = e.msg.Payload, int32(e.attempts)
+		if payloads[k] == nil {
+			payloads[k] = []byte{}
+		}
+		if headers[k], err = headersJSON(e.msg.Headers); err != nil {
+			return err
+		}
+		if msg, ok := errs[i]; ok {
+			lastErrs[k] = &msg
+		}
+	}
+	if _, err := r.pool.Exec(ctx, r.sql.toTable, ids, parts, keys, subjects, payloads, headers, attempts, lastErrs); err != nil {
+		return fmt.Errorf("outbox: write to the table: %w", err)
+	}
+	for _, i := range idx {
+		s.pending[i].done = true
+		if _, parked := errs[i]; parked {
+			r.m.parked.Inc()
+			r.log.Error("message parked in the outbox table after failed publishes", "id", s.pending[i].msg.ID,
+				"subject", untrusted.Printable(s.pending[i].msg.Subject), "attempts", s.pending[i].attempts, "err", errs[i])
+		}
+	}
+	return nil
+}
+
+// tableKeys returns which keys of pending have rows in the outbox table:
+// their events are published from there, behind those rows.
+func (r *LogicalRelay) tableKeys(ctx context.Context, pending []walEvent) (map[string]bool, error) {
+	var keys []string
+	for _, e := range pending {
+		if !e.done && e.msg.Key != "" {
+			keys = append(keys, e.msg.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	rows, err := r.pool.Query(ctx, r.sql.tableKeys, keys)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read the table's keys: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out[k] = true
+	}
+	return out, rows.Err()
+}
+
+// refreshLag sets the slot lag gauge: the WAL the slot holds back, in
+// bytes.
+func (r *LogicalRelay) refreshLag(ctx context.Context) {
+	var lag float64
+	err := r.pool.QueryRow(ctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::float8, 0)
+		FROM pg_replication_slots WHERE slot_name = $1`, r.ob.slot).Scan(&lag)
+	if err != nil {
+		r.log.Warn("slot lag not read", "err", err)
+		return
+	}
+	r.m.lag.Set(lag)
+}
+
+// logicalSQL holds the LogicalRelay's statements for a schema.
+type logicalSQL struct{ toTable, tableKeys string }
+
+func renderLogicalSQL(schema string) logicalSQL {
+	return logicalSQL{
+		toTable: pgsql.Render(`
+INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, headers, attempts, last_error, parked_at)
+SELECT m.id, m.partition, m.key, m.subject, m.payload, m.headers::jsonb, m.attempts, m.err,
+	CASE WHEN m.err IS NOT NULL THEN now() END
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[])
+	WITH ORDINALITY AS m(id, partition, key, subject, payload, headers, attempts, err, ord)
+ORDER BY m.ord
+ON CONFLICT (id) DO NOTHING`, schema),
+		tableKeys: pgsql.Render(`SELECT DISTINCT ordering_key FROM {schema}.outbox WHERE ordering_key = ANY($1::text[])`, schema),
+	}
+}
+
+type logicalMetrics struct {
+	published, failures, parked, undecodable prometheus.Counter
+	lag, standby                             prometheus.Gauge
+}
+
+func newLogicalMetrics(reg prometheus.Registerer) (*logicalMetrics, error) {
+	const ns, sub = "oncekit", "outbox_logical"
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
+	}
+	m := &logicalMetrics{
+		published:   counter("published_total", "Messages from the WAL the broker acknowledged."),
+		failures:    counter("publish_failures_total", "Failed publishes of messages from the WAL."),
+		parked:      counter("parked_total", "Messages from the WAL parked in the outbox table after failed publishes."),
+		undecodable: counter("undecodable_total", "WAL messages under the outbox's prefix that Enqueue did not write, skipped."),
+		lag:         gauge("slot_lag_bytes", "WAL the replication slot holds back: the server's position minus the slot's confirmed one."),
+		standby:     gauge("standby", "1 while this relay waits for the lease another relay holds."),
+	}
+	if err := promshare.RegisterAlone(reg, "outbox: LogicalRelayConfig.Registerer", "logical relay",
+		m.published, m.failures, m.parked, m.undecodable, m.lag, m.standby); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
