@@ -56,9 +56,9 @@ func e2eRates() []int {
 //     consuming commit on this machine.
 //   - poll: the business row and its event committed together
 //     (outbox.Enqueue), the relay with its defaults (polling) publishing,
-//     and inbox.Consumer with its defaults (four workers, one message per
-//     transaction) committing a row and its claim: oncekit as the README
-//     deploys it.
+//     and inbox.Consumer as the README's quickstart sets it up (four
+//     workers, BatchSize 100) committing a row and its claim: oncekit as
+//     the README deploys it.
 //   - logical: poll with the event written into the WAL
 //     (outbox.Config.Logical) and the LogicalRelay following it.
 //
@@ -499,9 +499,9 @@ func e2eOncekit(b *testing.B, rate, secs int, logical bool) e2eResult {
 		producerCPU: (w.producerCPU() - cpu0) / time.Duration(rate*secs)}
 }
 
-// e2eBatch is poll's inbox.Config.BatchSize: ONCEKIT_BENCH_E2E_BATCH, or
-// the consumer's default.
-var e2eBatch, _ = strconv.Atoi(os.Getenv("ONCEKIT_BENCH_E2E_BATCH"))
+// e2eBatch is the oncekit contenders' inbox.Config.BatchSize:
+// ONCEKIT_BENCH_E2E_BATCH, or 100 as the README's quickstart sets it.
+var e2eBatch = envInt("ONCEKIT_BENCH_E2E_BATCH", 100)
 
 // dropSlot drops a run's slot once its relay has stopped: a slot left
 // behind holds the cluster's WAL.

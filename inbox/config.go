@@ -26,16 +26,18 @@ type Config struct {
 	// Concurrency is the number of messages (or batches) processed at once,
 	// each on its own connection. Defaults to 4.
 	Concurrency int
-	// BatchSize is the number of messages processed in one transaction. 1
-	// processes each message in its own transaction. A batch runs without
-	// savepoints; after a handler failure it is rolled back and runs again
-	// without the failed message, a SAVEPOINT per message (see the package
-	// documentation), at most 64 messages per transaction to stay inside
-	// PostgreSQL's subtransaction cache. Defaults to 1. At most 1000. 200
-	// suits handlers that only write to PostgreSQL: larger batches spread
-	// the commit (and its flush) over more messages. A batch may run past
-	// the source's AckWait: the consumer keeps the messages it holds in
-	// progress at the broker.
+	// BatchSize is the most messages processed in one transaction: a batch
+	// takes what has arrived, up to BatchSize, and never waits for more, so
+	// a larger BatchSize costs a quiet consumer nothing and lets a busy one
+	// keep up (docs/decisions/027). 1 processes each message in its own
+	// transaction. A batch runs without savepoints; after a handler failure
+	// it is rolled back and runs again without the failed message, a
+	// SAVEPOINT per message (see the package documentation), at most 64
+	// messages per transaction to stay inside PostgreSQL's subtransaction
+	// cache. Defaults to 1. At most 1000. 100 to 200 suit handlers that
+	// only write to PostgreSQL: larger batches spread the commit (and its
+	// flush) over more messages. A batch may run past the source's AckWait:
+	// the consumer keeps the messages it holds in progress at the broker.
 	BatchSize int
 	// Ordered applies the messages of one key (Oncekit-Key header) in the
 	// order of the source's log (the JetStream stream sequence), keys in

@@ -184,7 +184,7 @@ func setUp(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, schema string
 		func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 			_, err := ledger.Record(ctx, tx, sideeffect.Effect{SourceID: msg.Key, Kind: "email.receipt", Payload: msg.Payload})
 			return err
-		}), &inbox.Config{Name: "receipts", Schema: schema})
+		}), &inbox.Config{Name: "receipts", Schema: schema, BatchSize: 100}) // batches form from what has arrived
 	if err != nil {
 		return nil, nil, err
 	}
