@@ -169,7 +169,8 @@ func waitCount(t *testing.T, s jetstream.Stream, n uint64, within time.Duration)
 }
 
 // requireExactlyOnceInOrder checks that the stream holds exactly the
-// messages in want (each once) and, per key, in want's order.
+// messages in want (each once, with its payload) and, per key, in want's
+// order.
 func requireExactlyOnceInOrder(t *testing.T, got []streamMsg, want []broker.Message) {
 	t.Helper()
 	require.Len(t, got, len(want), "stream count")
@@ -178,14 +179,16 @@ func requireExactlyOnceInOrder(t *testing.T, got []streamMsg, want []broker.Mess
 		require.False(t, seen[m.id], "message %s twice", m.id)
 		seen[m.id] = true
 	}
-	wantIDs := map[string]bool{}
+	wantPayload := map[string]string{}
 	perKey := map[string][]string{}
 	for _, m := range want {
-		wantIDs[m.ID.String()] = true
+		wantPayload[m.ID.String()] = string(m.Payload)
 		perKey[m.Key] = append(perKey[m.Key], m.ID.String())
 	}
 	for _, m := range got {
-		require.True(t, wantIDs[m.id], "unexpected message %s", m.id)
+		p, ok := wantPayload[m.id]
+		require.True(t, ok, "unexpected message %s", m.id)
+		require.Equal(t, p, m.payload, "payload of %s", m.id)
 	}
 	gotKey := map[string][]string{}
 	for _, m := range got {

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -71,7 +72,12 @@ func walDecode(b []byte) (broker.Message, error) {
 			return m, fmt.Errorf("%w: headers: %v", errWALMessage, err)
 		}
 	}
-	m.Payload = b
+	// b is the replication connection's buffer, which its next message
+	// overwrites: the payload is copied out (the strings above are).
+	m.Payload = bytes.Clone(b)
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
 	return m, nil
 }
 

@@ -59,7 +59,7 @@ func runAPI(ctx context.Context, cfg *config, pool *pgxpool.Pool) error {
 // transaction, the handler writes the payment and its event in it, and the
 // edge stores the response with the same commit.
 func newAPI(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (http.Handler, error) {
-	ob, err := outbox.New(&outbox.Config{Schema: cfg.Schema})
+	ob, err := outbox.New(&outbox.Config{Schema: cfg.Schema, Logical: cfg.Logical})
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,9 @@ type config struct {
 	// Broken names a guarantee to break on purpose, so that a checker can be
 	// shown to catch it. Only tests set it (PAYMENTS_BROKEN).
 	Broken string
+	// Logical writes events into the WAL and runs the logical relay
+	// (PAYMENTS_LOGICAL=1; wal_level = logical).
+	Logical bool
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -56,6 +59,7 @@ func parseConfig(role string, args []string, stderr io.Writer) (*config, []strin
 		Schema:      getenv("PAYMENTS_SCHEMA", defaultSchema),
 		ProviderURL: getenv("PROVIDER_URL", "http://127.0.0.1:8090"),
 		Broken:      os.Getenv("PAYMENTS_BROKEN"),
+		Logical:     os.Getenv("PAYMENTS_LOGICAL") == "1",
 	}
 	fs := flag.NewFlagSet("payments "+role, flag.ContinueOnError)
 	fs.SetOutput(stderr)

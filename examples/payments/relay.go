@@ -23,8 +23,9 @@ func runRelay(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream
 
 // newRelay publishes the outbox with Nats-Msg-Id = event ID. Several relay
 // processes share the partitions through leases; a dead one's partitions
-// move to the others when its lease expires.
-func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*outbox.Relay, error) {
+// move to the others when its lease expires. With cfg.Logical it follows
+// the WAL: one relay streams, the others stand by.
+func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (interface{ Run(context.Context) error }, error) {
 	var pub broker.Publisher
 	pub, err := natsjs.NewPublisher(js.Conn(), nil)
 	if err != nil {
@@ -35,16 +36,22 @@ func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, c
 		go late.run(ctx, 100*time.Millisecond)
 		pub = late
 	}
-	ob, err := outbox.New(&outbox.Config{Schema: cfg.Schema})
+	ob, err := outbox.New(&outbox.Config{Schema: cfg.Schema, Logical: cfg.Logical})
 	if err != nil {
 		return nil, err
 	}
-	return outbox.NewRelay(pool, ob, pub, &outbox.RelayConfig{
+	table := outbox.RelayConfig{
 		Lease:          cfg.Lease,
 		PollInterval:   100 * time.Millisecond,
 		PublishTimeout: 5 * time.Second,
 		MinBackoff:     200 * time.Millisecond,
 		MaxBackoff:     2 * time.Second,
 		Logger:         log,
-	})
+	}
+	if cfg.Logical {
+		return outbox.NewLogicalRelay(pool, cfg.DatabaseURL, ob, pub, &outbox.LogicalRelayConfig{
+			PublishTimeout: 5 * time.Second, StatusInterval: time.Second, Table: table, Logger: log,
+		})
+	}
+	return outbox.NewRelay(pool, ob, pub, &table)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/migrations"
+	"github.com/oncekit/oncekit/outbox"
 )
 
 // The service's own tables. A payment's ID is DeriveID(tenant, key), so a
@@ -64,6 +65,13 @@ func setupTables(ctx context.Context, pool *pgxpool.Pool, cfg *config) error {
 	}
 	if _, err := pool.Exec(ctx, fmt.Sprintf(serviceSchema, `"`+cfg.Schema+`"`)); err != nil {
 		return fmt.Errorf("service tables: %w", err)
+	}
+	if cfg.Logical { // the slot, before the first event
+		ob, err := outbox.New(&outbox.Config{Schema: cfg.Schema, Logical: true})
+		if err != nil {
+			return err
+		}
+		return ob.SetUpLogical(ctx, pool)
 	}
 	return nil
 }

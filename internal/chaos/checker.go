@@ -101,7 +101,9 @@ type payment struct {
 
 // Check holds the drained system to the history: what clients were told,
 // what the database and the stream hold, and what the provider saw.
-func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, calls []ProviderCall, stream []StreamEvent, hostile *Hostile) (*Verdict, error) {
+// logical says the events went through the WAL (the logical relay), which
+// keeps no outbox rows to order them by.
+func Check(ctx context.Context, pool *pgxpool.Pool, schema string, logical bool, ops []Op, calls []ProviderCall, stream []StreamEvent, hostile *Hostile) (*Verdict, error) {
 	v := &Verdict{Ops: len(ops), ProviderCalls: len(calls)}
 	for _, c := range calls {
 		if c.Outcome == "refused" {
@@ -134,7 +136,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, ops []Op, cal
 	if err := checkResponses(ctx, v, pool, t, ops, payments); err != nil {
 		return nil, err
 	}
-	if err := checkLedger(ctx, v, pool, t, payments, stream); err != nil {
+	if err := checkLedger(ctx, v, pool, t, logical, payments, stream); err != nil {
 		return nil, err
 	}
 	checkProvider(v, calls, payments)
@@ -230,11 +232,16 @@ func checkResponses(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(
 
 // checkLedger: one entry per payment; the relay published each account's
 // events in outbox order ((txid, seq): the order in which the enqueueing
-// transactions began writing); the ordered consumer applied them in stream
-// order (of each event's first copy).
-func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(string) string, payments map[string]payment, stream []StreamEvent) error {
-	outboxPos, err := outboxOrder(ctx, pool, t)
-	if err != nil {
+// transactions began writing) or, with the logical relay, in commit order
+// (an account's payments commit in the order of their seq, which the
+// account's row lock hands out); the ordered consumer applied them in
+// stream order (of each event's first copy).
+func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(string) string, logical bool, payments map[string]payment, stream []StreamEvent) error {
+	var outboxPos map[string]int64
+	var err error
+	if logical {
+		outboxPos = commitOrder(payments)
+	} else if outboxPos, err = outboxOrder(ctx, pool, t); err != nil {
 		return err
 	}
 	streamPos := map[string]int64{}
@@ -323,6 +330,16 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 		}
 	}
 	return nil
+}
+
+// commitOrder returns the position of every payment's event in its
+// account's commit order: the payment's seq.
+func commitOrder(payments map[string]payment) map[string]int64 {
+	order := make(map[string]int64, len(payments))
+	for id, p := range payments {
+		order[oncekit.DeriveID(id, "PaymentCreated").String()] = p.seq
+	}
+	return order
 }
 
 // outboxOrder returns the position of every outbox event in its ordering

@@ -16,6 +16,7 @@ full_page_writes = on
 shared_buffers = 16MB
 max_connections = 200
 max_wal_size = 256MB
+wal_level = logical
 `
 
 // StartPG starts the run's throwaway PostgreSQL cluster, its log in dir.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type Options struct {
 	// Rate paces the load's operations per second (zero: as fast as its
 	// clients go, up to 100,000 operations in all).
 	Rate float64
+	// Relay is the relay the payments example runs: "" (the polling
+	// relay) or "logical" (events in the WAL, the LogicalRelay).
+	Relay string
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
@@ -83,6 +87,10 @@ var crashPoints = map[string][]string{
 	"dispatch": {"sideeffect.after-fired", "sideeffect.before-complete"}, // fired, not called; called, not confirmed
 }
 
+// logicalRelayCrashPoints are the relay's with Options.Relay "logical":
+// published, not confirmed.
+var logicalRelayCrashPoints = []string{"logical.after-publish"}
+
 // brokenCrashPoints replace a role's crash points in the broken builds
 // whose bug opens a window between two writes of their own.
 var brokenCrashPoints = map[string]map[string][]string{
@@ -109,6 +117,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(log, "chaos: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 	}
+	if opt.Relay != "" && opt.Relay != "logical" {
+		return nil, fmt.Errorf("chaos: no relay %q (the polling one, or logical)", opt.Relay)
+	}
 	if opt.Broken != "" && !slices.Contains(BrokenBuilds, opt.Broken) {
 		return nil, fmt.Errorf("chaos: no broken build %q (there are %s)", opt.Broken, strings.Join(BrokenBuilds, ", "))
 	}
@@ -130,7 +141,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	}
 	res = &Result{Dir: opt.Dir}
 	rng := rand.New(rand.NewPCG(opt.Seed, 1))
-	logf("seed %d, dir %s, duration %s, broken %q", opt.Seed, opt.Dir, opt.Duration, opt.Broken)
+	logf("seed %d, dir %s, duration %s, broken %q, relay %q", opt.Seed, opt.Dir, opt.Duration, opt.Broken, cmp.Or(opt.Relay, "polling"))
 
 	bin, err := build(ctx, opt.Dir)
 	if err != nil {
@@ -161,9 +172,13 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	natsURL := strings.Join(cluster.URLs(), ",")
 	logf("postgres %s (proxy %s), nats %s (%s)", pg.Addr(), proxy.Addr(), natsURL, cluster.NATSServerVersion())
 
-	env := []string{"DATABASE_URL=" + proxied, "NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken}
+	logical := "PAYMENTS_LOGICAL="
+	if opt.Relay == "logical" {
+		logical += "1"
+	}
+	env := []string{"DATABASE_URL=" + proxied, "NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken, logical}
 	setup := exec.CommandContext(ctx, bin.payments, "setup", "-replicas", "3")
-	setup.Env = append(os.Environ(), "DATABASE_URL="+direct, "NATS_URL="+natsURL, "PAYMENTS_SCHEMA="+schema)
+	setup.Env = append(os.Environ(), "DATABASE_URL="+direct, "NATS_URL="+natsURL, "PAYMENTS_SCHEMA="+schema, logical)
 	if out, err := setup.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("payments setup: %w: %s", err, out)
 	}
@@ -183,6 +198,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	// (six restarts in ten), to die there at a random hit.
 	sup, err := NewSupervisor(SupervisorConfig{Dir: opt.Dir, StartEnv: func(name string, start int) []string {
 		points := crashPoints[roleOf(name)]
+		if opt.Relay == "logical" && roleOf(name) == "relay" {
+			points = logicalRelayCrashPoints
+		}
 		if bp, ok := brokenCrashPoints[opt.Broken][roleOf(name)]; ok {
 			points = bp
 		}
@@ -272,7 +290,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := Check(ctx, pool, schema, history.Ops(), calls, stream, hostile)
+	v, err := Check(ctx, pool, schema, opt.Relay == "logical", history.Ops(), calls, stream, hostile)
 	if err != nil {
 		return nil, err
 	}

@@ -29,11 +29,16 @@ func main() {
 	dir := fs.String("dir", "", "directory for binaries, data and logs (default: a temp dir, removed after a PASS)")
 	seed := fs.Uint64("seed", 0, "seed of the run's random choices (default: the clock)")
 	rate := fs.Float64("rate", 0, "requests started per second (default: as fast as the clients go, up to 100,000 in all)")
+	relay := fs.String("relay", "", "the relay: the polling one (default), or logical (events through the WAL)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
 	if *broken != "" && !slices.Contains(chaos.BrokenBuilds, *broken) {
 		fmt.Fprintf(os.Stderr, "chaos: --broken %q: want one of %s\n", *broken, strings.Join(chaos.BrokenBuilds, ", "))
+		os.Exit(2)
+	}
+	if *relay != "" && *relay != "logical" {
+		fmt.Fprintf(os.Stderr, "chaos: --relay %q: want logical, or nothing for the polling relay\n", *relay)
 		os.Exit(2)
 	}
 	if *rate < 0 {
@@ -46,7 +51,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Rate: *rate, Log: os.Stderr})
+	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Rate: *rate, Relay: *relay, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: the run could not be carried out:", err)
 		os.Exit(3)
