@@ -40,6 +40,8 @@ func writeResults(w io.Writer, r *run, note string) error {
 			t.what, r.cell(oncekit), r.cell(peer), r.cell(raw), fig, t.op, human(t.limit), t.verdict(v))
 	}
 
+	writeLatency(&b, r)
+
 	b.WriteString("\n## Every figure\n\n")
 	b.WriteString("`go-cpu-µs` is the benchmark process's CPU (oncekit or the peer, the NATS client and the in-process\n")
 	b.WriteString("nats-server, the HTTP peers), `pg-cpu-µs` that of the contender's PostgreSQL backends.\n\n")

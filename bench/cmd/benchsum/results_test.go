@@ -108,3 +108,27 @@ func containsAll(t *testing.T, what, got string, wants ...string) {
 		}
 	}
 }
+
+// BenchmarkLatencyE2E's lines make the end-to-end table: a row per
+// condition and rate, quiet first, each contender's medians with their
+// ranges and the relays' ratios to bare.
+func TestLatencyTable(t *testing.T) {
+	in := `BenchmarkLatencyE2E/contended-100-2 1 1 ns/op 4 bare-p50-ms 12 bare-p99-ms 6 poll-p50-ms 60 poll-p99-ms 5 logical-p50-ms 20 logical-p99-ms 1.5 poll-x-bare-p50 5 poll-x-bare-p99 1.25 logical-x-bare-p50 1.67 logical-x-bare-p99
+BenchmarkLatencyE2E/quiet-1000-2 1 1 ns/op 1 bare-p50-ms 5 bare-p99-ms 25 poll-p50-ms 80 poll-p99-ms 8 logical-p50-ms 54 logical-p99-ms 25 poll-x-bare-p50 16 poll-x-bare-p99 8 logical-x-bare-p50 10.8 logical-x-bare-p99
+BenchmarkLatencyE2E/quiet-1000-2 1 1 ns/op 2 bare-p50-ms 6 bare-p99-ms 27 poll-p50-ms 90 poll-p99-ms 9 logical-p50-ms 50 logical-p99-ms 13.5 poll-x-bare-p50 15 poll-x-bare-p99 4.5 logical-x-bare-p50 8.3 logical-x-bare-p99
+`
+	r, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page bytes.Buffer
+	if err := writeResults(&page, r, ""); err != nil {
+		t.Fatal(err)
+	}
+	s := page.String()
+	quiet := strings.Index(s, "| quiet | 1,000 | 1.5 (1–2) | 5.5 (5–6) | 26 (25–27) | 85 (80–90) | 8.5 (8–9) | 52 (50–54) | 19.2, 15.5 | 6.25, 9.55 |")
+	contended := strings.Index(s, "| contended | 100 | 4 | 12 | 6 | 60 | 5 | 20 | 1.5, 5 | 1.25, 1.67 |")
+	if quiet < 0 || contended < 0 || quiet > contended {
+		t.Fatalf("the latency table is not as expected:\n%s", s)
+	}
+}
