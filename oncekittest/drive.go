@@ -76,7 +76,11 @@ func DrainDispatcher(ctx context.Context, tb testing.TB, d *sideeffect.Dispatche
 	defer Start(tb, d.Run)()
 	until(ctx, tb, "the dispatcher to settle every due effect", func(ctx context.Context) (bool, string, error) {
 		busy := 0
-		for _, state := range []sideeffect.State{sideeffect.StateFired, sideeffect.StatePending} {
+		// Pending first: an effect goes pending → fired → confirmed, so one
+		// claimed between the two reads is seen as pending by the first or
+		// as fired by the second (read the other way round, it was missed
+		// by both, and the dispatcher stopped under its call).
+		for _, state := range []sideeffect.State{sideeffect.StatePending, sideeffect.StateFired} {
 			rows, err := effects(ctx, db, l, sideeffect.Filter{State: state})
 			if err != nil {
 				return false, "", err

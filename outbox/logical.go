@@ -209,8 +209,14 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 		return err
 	}
 	sctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	go func() { // the lease holds while its session does
+	var heartbeats sync.WaitGroup
+	// Stopped and waited for before the deferred Close: the two must not
+	// use the lease's connection at once.
+	defer func() {
+		stop(nil)
+		heartbeats.Wait()
+	}()
+	heartbeats.Go(func() { // the lease holds while its session does
 		t := time.NewTicker(r.cfg.StatusInterval)
 		defer t.Stop()
 		for {
@@ -228,7 +234,7 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 				r.refreshLag(sctx)
 			}
 		}
-	}()
+	})
 	err = r.stream(sctx)
 	if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
 		return cause
