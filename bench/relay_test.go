@@ -24,6 +24,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
 
@@ -35,10 +36,15 @@ import (
 // oncekit also reports x-jetstream: its rate over a bare JetStream drain of
 // the same events run just before it in the same iteration (untimed), so
 // that the ratio compares the two on the machine as it is at that moment,
-// not minutes apart on a machine whose speed drifts.
+// not minutes apart on a machine whose speed drifts. oncekit-logical does
+// the same with the events written into the WAL (outbox.Config.Logical) and
+// the LogicalRelay, on BenchmarkLatencyE2E's wal_level=logical cluster.
 func BenchmarkRelay(b *testing.B) {
 	n := relayEnvInt("ONCEKIT_BENCH_N", 100_000)
 	b.Run("oncekit", func(b *testing.B) { relayDrain(b, n, pairedWithJetStream(n, drainOncekit)) })
+	b.Run("oncekit-logical", func(b *testing.B) {
+		relayDrainOn(b, n, newLogicalRelayWorld, pairedWithJetStream(n, drainLogical))
+	})
 	if os.Getenv("ONCEKIT_BENCH_DBONLY") != "" {
 		b.Run("oncekit-dbonly", func(b *testing.B) { relayDrain(b, n, drainOncekitDBOnly) })
 	}
@@ -63,11 +69,16 @@ func pairedWithJetStream(n int, drain func(b *testing.B, w *relayWorld, msgs []b
 
 // relayDrain runs drain b.N times and reports msgs/s over the measured time.
 func relayDrain(b *testing.B, n int, drain func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration) {
+	relayDrainOn(b, n, newRelayWorld, drain)
+}
+
+// relayDrainOn is relayDrain on worlds newWorld makes.
+func relayDrainOn(b *testing.B, n int, newWorld func(*testing.B) *relayWorld, drain func(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration) {
 	var total, cpu, pgCPU time.Duration
 	var xBare float64
 	for range b.N {
 		b.StopTimer()
-		w := newRelayWorld(b)
+		w := newWorld(b)
 		msgs := relayEvents(w.subject+".x", n)
 		b.StartTimer()
 		took := drain(b, w, msgs)
@@ -161,6 +172,62 @@ func drainOncekitWith(b *testing.B, w *relayWorld, msgs []broker.Message, pub br
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+	b.StartTimer()
+	return elapsed
+}
+
+// newLogicalRelayWorld is a relay world on e2eCluster (wal_level=logical).
+func newLogicalRelayWorld(b *testing.B) *relayWorld {
+	b.Helper()
+	return newRelayWorldOn(b, testenv.NewDBOn(b, e2eURL(b)))
+}
+
+// drainLogical writes msgs into the WAL (after the slot) and times the
+// LogicalRelay's drain of them into the stream; the PostgreSQL CPU counts
+// the WAL sender, which decodes.
+func drainLogical(b *testing.B, w *relayWorld, msgs []broker.Message) time.Duration {
+	b.StopTimer()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ob, err := outbox.New(&outbox.Config{Schema: w.db.Schema, Logical: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ob.SetUpLogical(ctx, w.pool); err != nil {
+		b.Fatal(err)
+	}
+	w.prefillOutbox(b, ob, msgs)
+	pub, err := natsjs.NewPublisher(w.nats.Conn, &natsjs.PublisherConfig{MaxPending: relayEnvInt("ONCEKIT_BENCH_PENDING", 4096)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	relay, err := outbox.NewLogicalRelay(w.pool, w.db.URL, ob, pub, &outbox.LogicalRelayConfig{
+		Logger: relayBenchLogger(), BatchSize: relayEnvInt("ONCEKIT_BENCH_BATCH", 1000),
+		Table: outbox.RelayConfig{Retention: -1},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	b.StartTimer()
+	pg0, pgOK := w.relayBackendCPU()
+	wal0, _ := backendCPU(ctx, w.pool, "oncekit-logical-relay")
+	start := time.Now()
+	cpu0 := processCPU()
+	go func() { done <- relay.Run(ctx) }()
+	w.waitStream(b, len(msgs), 10*time.Minute)
+	elapsed := time.Since(start)
+	w.cpu = processCPU() - cpu0
+	b.StopTimer()
+	wal1, _ := backendCPU(ctx, w.pool, "oncekit-logical-relay")
+	if pg1, ok := w.relayBackendCPU(); ok && pgOK {
+		w.pgCPU = pg1 - pg0 + wal1 - wal0
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	dropSlot(w.db, "oncekit_"+w.db.Schema)
 	b.StartTimer()
 	return elapsed
 }

@@ -36,12 +36,14 @@ type LogicalRelayConfig struct {
 	// MaxAttempts is the number of failed publishes after which a message
 	// is parked (written to the outbox table, parked, with its key's later
 	// messages behind it), so that it holds up nothing else. Attempts are
-	// counted only while the broker is reachable (an outage parks
-	// nothing). Defaults to 5.
+	// counted only while the broker is connected (an outage parks
+	// nothing; a stream's leader election, which fails publishes on a live
+	// connection, counts, hence the room the defaults leave it: about 40 s
+	// of failures before a message parks). Defaults to 10.
 	MaxAttempts int
 	// MinBackoff and MaxBackoff bound the wait before a failed round is
 	// tried again: everything after the failure waits with it (the relay
-	// publishes in commit order). Default to 100ms and 2s.
+	// publishes in commit order). Default to 500ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
 	// Table configures the polling Relay the LogicalRelay runs for the
 	// outbox table: parked messages once unparked, and rows enqueued
@@ -58,9 +60,9 @@ func (c *LogicalRelayConfig) withDefaults() LogicalRelayConfig {
 	out.BatchSize = cmp.Or(out.BatchSize, 1000)
 	out.PublishTimeout = cmp.Or(out.PublishTimeout, 30*time.Second)
 	out.StatusInterval = cmp.Or(out.StatusInterval, 10*time.Second)
-	out.MaxAttempts = cmp.Or(out.MaxAttempts, 5)
-	out.MinBackoff = cmp.Or(out.MinBackoff, 100*time.Millisecond)
-	out.MaxBackoff = cmp.Or(out.MaxBackoff, 2*time.Second)
+	out.MaxAttempts = cmp.Or(out.MaxAttempts, 10)
+	out.MinBackoff = cmp.Or(out.MinBackoff, 500*time.Millisecond)
+	out.MaxBackoff = cmp.Or(out.MaxBackoff, 5*time.Second)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}

@@ -32,6 +32,8 @@ var targets = []target{
 		rate: "msgs/s", peer: "watermill"},
 	{name: "relay oncekit/jetstream", what: "relay drain vs bare JetStream (paired)",
 		num: "BenchmarkRelay/oncekit x-jetstream", op: ">=", limit: 0.6, rate: "msgs/s", raw: "jetstream"},
+	{name: "relay oncekit-logical/jetstream", what: "logical relay drain vs bare JetStream (paired)",
+		num: "BenchmarkRelay/oncekit-logical x-jetstream", op: ">=", limit: 0.95, rate: "msgs/s", raw: "jetstream"},
 	{name: "relay-latency p50-ms", what: "relay latency p50 ms (1,000 events/s, polling)",
 		num: "BenchmarkRelayLatency/poll p50-ms", op: "<=", limit: 5},
 	{name: "relay-latency p99-ms", what: "relay latency p99 ms (polling)",
