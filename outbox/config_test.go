@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,9 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"Schema", Config{Schema: "Bad-Name"}, ""},
 		{"MaxPayload", Config{MaxPayload: -1}, "-1 is negative"},
+		{"Slot", Config{Slot: "slot\x00'; DROP"}, ""},
+		{"Slot", Config{Slot: "sl\xffot"}, ""},
+		{"Slot", Config{Slot: strings.Repeat("s", 64)}, ""},
 	} {
 		c := tc.cfg.withDefaults()
 		cfgerrtest.RequireField(t, c.validate(), ErrInvalidConfig, "outbox: Config."+tc.field, tc.detail)

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,19 @@ func logicalSetup(t *testing.T) *bundle {
 			WHERE slot_name = $1 AND NOT active`, "oncekit_"+b.db.Schema)
 	})
 	return b
+}
+
+// restartableBroker moves b's stream to an in-process server the test
+// can stop and start again on the same store.
+func restartableBroker(t *testing.T, b *bundle) *restartable {
+	t.Helper()
+	br := &restartable{t: t, b: b, dir: t.TempDir()}
+	br.srv = testenv.StartServer(t, br.dir, -1)
+	br.url = br.srv.ClientURL()
+	var err error
+	b.stream, err = natsjs.EnsureStream(context.Background(), connectJS(t, br.url), natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
+	require.NoError(t, err)
+	return br
 }
 
 // startLogicalRelay runs a logical relay until the test ends (or stop is
@@ -159,12 +173,7 @@ func TestLogicalRelayPublishesEachKeyInOrder(t *testing.T) {
 func TestLogicalRelayConfirmsOnlyAcknowledgedEvents(t *testing.T) {
 	t.Parallel()
 	b := logicalSetup(t)
-	br := &restartable{t: t, b: b, dir: t.TempDir()}
-	br.srv = testenv.StartServer(t, br.dir, -1)
-	br.url = br.srv.ClientURL()
-	var err error
-	b.stream, err = natsjs.EnsureStream(context.Background(), connectJS(t, br.url), natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
-	require.NoError(t, err)
+	br := restartableBroker(t, b)
 	pub, _ := publisher(t, br.url)
 	stop, reg := b.startLogicalRelay(t, pub, outbox.LogicalRelayConfig{PublishTimeout: 500 * time.Millisecond})
 
@@ -303,12 +312,7 @@ func TestLogicalEnqueueNeedsTheSlot(t *testing.T) {
 func TestLogicalRelayProcessKilledAfterPublishBeforeConfirm(t *testing.T) {
 	t.Parallel()
 	b := logicalSetup(t)
-	br := &restartable{t: t, b: b, dir: t.TempDir()}
-	br.srv = testenv.StartServer(t, br.dir, -1)
-	br.url = br.srv.ClientURL()
-	var err error
-	b.stream, err = natsjs.EnsureStream(context.Background(), connectJS(t, br.url), natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
-	require.NoError(t, err)
+	br := restartableBroker(t, b)
 	var want []broker.Message
 	for i := range 30 {
 		var tx []broker.Message
@@ -337,4 +341,37 @@ func TestLogicalRelayProcessKilledAfterPublishBeforeConfirm(t *testing.T) {
 	waitCount(t, b.stream, uint64(len(want)), 60*time.Second)
 	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)
 	require.Eventually(t, func() bool { return slotConfirmed(t, b) >= committed }, 30*time.Second, 20*time.Millisecond)
+}
+
+// Another writer's messages under the outbox's prefix, which Enqueue did
+// not write (hostile bytes: not the format, NUL, invalid UTF-8, a length
+// past the end, 100 KB of noise), are skipped, counted and logged; the
+// events around them, in the same transactions, are published once each.
+func TestLogicalRelaySkipsForeignMessagesUnderItsPrefix(t *testing.T) {
+	t.Parallel()
+	b := logicalSetup(t)
+	pub, _ := publisher(t, b.nats.URL)
+	_, reg := b.startLogicalRelay(t, pub, outbox.LogicalRelayConfig{})
+	ctx := context.Background()
+	hostile := [][]byte{
+		{}, {0x00}, []byte("\xff\xfe not ours"), {1, 0, 0}, // too short, or our version byte and no ID
+		append(append([]byte{1}, make([]byte, 16)...), 0xff, 0xff, 0xff, 0xff, 0x0f), // a key length past the end
+		append(append([]byte{1}, make([]byte, 16)...), 0, 0, 3, '{', 0, 0xff),        // headers that are not JSON
+		bytes.Repeat([]byte{0xff, 0x00}, 50000),
+	}
+	var want []broker.Message
+	for i, h := range hostile {
+		m := b.msg("k", i)
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::bytea)`, "oncekit.outbox."+b.db.Schema, h); err != nil {
+				return err
+			}
+			_, err := b.ob.Enqueue(ctx, tx, m)
+			return err
+		}))
+		want = append(want, m)
+	}
+	waitCount(t, b.stream, uint64(len(want)), 20*time.Second)
+	requireExactlyOnceInOrder(t, readStream(t, b.stream), want)
+	require.Equal(t, float64(len(hostile)), metricValue(t, reg, "oncekit_outbox_logical_undecodable_total"))
 }
