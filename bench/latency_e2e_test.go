@@ -105,6 +105,7 @@ func BenchmarkLatencyE2E(b *testing.B) {
 						b.ReportMetric(p50, name+"-p50-ms")
 						b.ReportMetric(p99, name+"-p99-ms")
 						b.ReportMetric(percentile(r.started, 0.50), name+"-start-p50-ms")
+						b.ReportMetric(percentile(r.started, 0.99), name+"-start-p99-ms")
 						b.ReportMetric(p50/percentile(bare.lat, 0.50), name+"-x-bare-p50")
 						b.ReportMetric(p99/percentile(bare.lat, 0.99), name+"-x-bare-p99")
 						b.ReportMetric(float64(r.producerCPU.Nanoseconds())/1000, name+"-pg-producer-µs/event")
@@ -164,7 +165,7 @@ type e2eWorld struct {
 	started *commitClock // poll: when each handler started
 }
 
-func newE2EWorld(b *testing.B) *e2eWorld {
+func newE2EWorld(b testing.TB) *e2eWorld {
 	b.Helper()
 	ctx := context.Background()
 	w := &e2eWorld{db: testenv.NewDBOn(b, e2eURL(b)), nats: testenv.NewNATS(b), stream: "e2e_" + uuid.NewString()[:8],
@@ -526,7 +527,7 @@ max_connections = 200
 shared_buffers = 256MB
 `
 
-func e2eURL(b *testing.B) string {
+func e2eURL(b testing.TB) string {
 	b.Helper()
 	e2eCluster.once.Do(func() {
 		dir, err := os.MkdirTemp("", "oncekit-e2e-log-")

@@ -13,13 +13,11 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/cfgerr"
-	"github.com/oncekit/oncekit/internal/untrusted"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -310,7 +308,10 @@ type walEvent struct {
 	done     bool // acknowledged, or handed to the table
 }
 
-// stream runs one replication session: decode, publish, confirm.
+// stream runs one replication session: a reader decodes the stream and
+// reports the confirmed position while the publisher publishes what it
+// decoded as soon as it is there, so that no round waits for the next to be
+// read, nor the next for a timer.
 func (r *LogicalRelay) stream(ctx context.Context) error {
 	cfg, err := pgconn.ParseConfig(replicationString(r.conn))
 	if err != nil {
@@ -333,154 +334,18 @@ func (r *LogicalRelay) stream(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start replication: %w", err)
 	}
-	s := &session{r: r, conn: conn, prefix: walPrefix(r.ob.schema), statusAt: time.Now()}
-	return s.run(ctx)
-}
-
-// session is one replication connection's state.
-type session struct {
-	r      *LogicalRelay
-	conn   *pgconn.PgConn
-	prefix string
-
-	inTx      bool
-	txEvents  []walEvent    // the open transaction's events
-	pending   []walEvent    // committed, not yet all settled, in commit order
-	confirmed pglogrepl.LSN // reported to PostgreSQL as flushed
-	flushable pglogrepl.LSN // the position that may be confirmed: past every settled transaction, or a heartbeat's while idle
-	statusAt  time.Time
-	failures  int // consecutive failed rounds
-}
-
-func (s *session) run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		// Read until a batch is full, or nothing more comes at once.
-		wait := s.r.cfg.StatusInterval - time.Since(s.statusAt)
-		if len(s.pending) > 0 {
-			wait = 0
-		}
-		if err := s.read(ctx, max(wait, 0)); err != nil {
-			return err
-		}
-		if len(s.pending) > 0 {
-			if err := s.publish(ctx); err != nil {
-				return err
-			}
-		}
-		if err := s.report(ctx, false); err != nil {
-			return err
-		}
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	txs := make(chan walTx, r.cfg.BatchSize)
+	s := &session{r: r}
+	rd := &reader{r: r, conn: conn, prefix: walPrefix(r.ob.schema), out: txs, flushable: &s.flushed, statusAt: time.Now()}
+	var read sync.WaitGroup
+	read.Go(func() { stop(rd.run(sctx)) })
+	err = s.run(sctx, txs)
+	stop(err)
+	read.Wait()
+	if cause := context.Cause(sctx); ctx.Err() == nil && cause != nil {
+		return cause
 	}
 	return ctx.Err()
-}
-
-// A round gathers what the stream brings while it keeps coming: it closes
-// once nothing arrives for roundLinger after an event is pending, and at
-// roundMax after the first at the latest (or at BatchSize events).
-const (
-	roundLinger = 200 * time.Microsecond
-	roundMax    = time.Millisecond
-)
-
-// read receives replication messages for a round: until nothing arrives
-// within wait while nothing is pending, or as roundLinger and roundMax say
-// once something is.
-func (s *session) read(ctx context.Context, wait time.Duration) error {
-	var closes time.Time
-	for len(s.pending) < s.r.cfg.BatchSize {
-		d := max(wait, roundLinger)
-		if len(s.pending) > 0 {
-			if closes.IsZero() {
-				closes = time.Now().Add(roundMax)
-			}
-			if d = min(roundLinger, time.Until(closes)); d <= 0 {
-				return nil
-			}
-		}
-		rctx, cancel := context.WithTimeout(ctx, d)
-		raw, err := s.conn.ReceiveMessage(rctx)
-		cancel()
-		if err != nil {
-			if pgconn.Timeout(err) && ctx.Err() == nil {
-				return nil
-			}
-			return fmt.Errorf("receive: %w", err)
-		}
-		switch msg := raw.(type) {
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
-		case *pgproto3.CopyData:
-			if err := s.copyData(ctx, msg.Data); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (s *session) copyData(ctx context.Context, data []byte) error {
-	if len(data) == 0 {
-		return nil
-	}
-	switch data[0] {
-	case pglogrepl.PrimaryKeepaliveMessageByteID:
-		// Its position is the server's WAL end, which may be ahead of what
-		// was decoded and sent: never confirmed (the heartbeats are).
-		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
-		if err != nil {
-			return err
-		}
-		if k.ReplyRequested {
-			return s.report(ctx, true)
-		}
-	case pglogrepl.XLogDataByteID:
-		x, err := pglogrepl.ParseXLogData(data[1:])
-		if err != nil {
-			return err
-		}
-		return s.decode(x.WALData)
-	}
-	return nil
-}
-
-func (s *session) decode(data []byte) error {
-	m, err := pglogrepl.Parse(data)
-	if err != nil {
-		return fmt.Errorf("decode: %w", err)
-	}
-	switch m := m.(type) {
-	case *pglogrepl.BeginMessage:
-		s.inTx, s.txEvents = true, s.txEvents[:0]
-	case *pglogrepl.LogicalDecodingMessage:
-		if m.Prefix == s.prefix+heartbeatSuffix && !m.Transactional {
-			// Every transaction that committed before it has been sent:
-			// with nothing pending, the slot may move past it.
-			if !s.inTx && len(s.pending) == 0 {
-				s.flushable = max(s.flushable, m.LSN)
-			}
-			return nil
-		}
-		if m.Prefix != s.prefix || !m.Transactional {
-			return nil
-		}
-		msg, err := walDecode(m.Content)
-		if err != nil {
-			// Not a message Enqueue wrote: someone else used the prefix.
-			s.r.m.undecodable.Inc()
-			s.r.log.Error("skipping a WAL message under the outbox's prefix that Enqueue did not write",
-				"lsn", m.LSN.String(), "err", err, "content", untrusted.Text(string(m.Content), 200))
-			return nil
-		}
-		s.txEvents = append(s.txEvents, walEvent{msg: msg})
-	case *pglogrepl.CommitMessage:
-		for _, e := range s.txEvents {
-			e.txEnd = m.TransactionEndLSN
-			s.pending = append(s.pending, e)
-		}
-		s.inTx, s.txEvents = false, s.txEvents[:0]
-		if len(s.pending) == 0 {
-			s.flushable = max(s.flushable, m.TransactionEndLSN) // nothing of ours: confirmable
-		}
-	}
-	return nil
 }

@@ -3,7 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"time"
+	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +15,60 @@ import (
 	"github.com/oncekit/oncekit/internal/untrusted"
 	"github.com/oncekit/oncekit/internal/wait"
 )
+
+// session is the publisher's state for one replication session.
+type session struct {
+	r *LogicalRelay
+
+	pending   []walEvent    // committed, not yet all settled, in commit order
+	flushable pglogrepl.LSN // past every settled transaction, or a heartbeat's while nothing was pending
+	flushed   atomic.Uint64 // flushable, for the reader to report
+	failures  int           // consecutive failed rounds
+}
+
+// run publishes what the reader hands on: it waits for the first
+// transaction, takes every other one already there (up to BatchSize
+// events) and publishes them as a round; the reader reads the next round
+// meanwhile.
+func (s *session) run(ctx context.Context, in <-chan walTx) error {
+	for {
+		if len(s.pending) == 0 {
+			select {
+			case t := <-in:
+				s.take(t)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	gather:
+		for len(s.pending) < s.r.cfg.BatchSize {
+			select {
+			case t := <-in:
+				s.take(t)
+			default:
+				break gather
+			}
+		}
+		if len(s.pending) > 0 {
+			if err := s.publish(ctx); err != nil {
+				return err
+			}
+		}
+		s.flushed.Store(uint64(s.flushable))
+	}
+}
+
+// take appends t's events to pending; a transaction with none of them
+// (or a heartbeat) may be confirmed at once when nothing is pending.
+func (s *session) take(t walTx) {
+	if len(t.events) == 0 {
+		if len(s.pending) == 0 {
+			s.flushable = max(s.flushable, t.end)
+		}
+		return
+	}
+	s.pending = append(s.pending, t.events...)
+}
 
 // publish sends the pending events that are not settled yet, each key's in
 // order; events of a key that has rows in the outbox table go there, behind
@@ -108,9 +162,7 @@ func (s *session) publish(ctx context.Context) error {
 	pause := min(r.cfg.MinBackoff<<min(s.failures-1, 20), r.cfg.MaxBackoff)
 	r.log.Warn("publish failed; trying again", "failed", len(failed), "acknowledged", acked, "wait", pause,
 		"err", untrusted.Text(results[indexOf(send, failed[0])].Err.Error(), maxErrBytes))
-	if err := s.report(ctx, true); err != nil {
-		return err
-	}
+	s.flushed.Store(uint64(s.flushable)) // reported during the pause
 	wait.Sleep(ctx, pause)
 	return nil
 }
@@ -175,24 +227,6 @@ func (s *session) settle() {
 		s.flushable = max(s.flushable, s.pending[cut-1].txEnd)
 		s.pending = append(s.pending[:0], s.pending[cut:]...)
 	}
-}
-
-// report tells PostgreSQL how far the slot may move: past every settled
-// transaction and, when nothing is pending, past the last heartbeat (which
-// keeps an idle schema's slot from holding WAL back). It sends when forced, when the position moved
-// (at most every 50 ms), and at least every StatusInterval.
-func (s *session) report(ctx context.Context, force bool) error {
-	pos := s.flushable
-	moved := pos > s.confirmed && time.Since(s.statusAt) >= 50*time.Millisecond
-	if !force && !moved && time.Since(s.statusAt) < s.r.cfg.StatusInterval {
-		return nil
-	}
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: max(pos, s.confirmed)})
-	if err != nil {
-		return fmt.Errorf("report the position: %w", err)
-	}
-	s.confirmed, s.statusAt = max(pos, s.confirmed), time.Now()
-	return nil
 }
 
 // toTable writes pending events into the outbox table, in order: parked
