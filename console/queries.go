@@ -47,9 +47,10 @@ WHERE e.next_attempt_at IS NOT NULL AND e.next_attempt_at < now() - make_interva
 ORDER BY e.next_attempt_at LIMIT $2`
 
 // unknownEffectsSQL lists unknown effects after the ID $1, in ID order:
-// they wait in the due index at 'infinity' (migration 007), few, sorted.
-// An index of their own would name state in its predicate and end the
-// claims' HOT updates (decision 014).
+// they wait in the due index at 'infinity', which orders them by ID
+// (migration 018), so a page reads a page's worth however many wait. An
+// index of their own would name state in its predicate and end the claims'
+// HOT updates (decision 014).
 const unknownEffectsSQL = `
 SELECT e.id, e.kind, e.source_id, e.attempts, coalesce(e.last_error, ''), e.idempotency_key
 FROM {schema}.side_effects e WHERE e.next_attempt_at = 'infinity' AND e.state = 'unknown' AND e.id > $1
