@@ -68,7 +68,7 @@ func writeSummary(w io.Writer, run *run) {
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(w, "ratio %s %s target%s%s %s\n", strings.ReplaceAll(t.name, " ", "_"), num(v), t.op, num(t.limit), t.verdict(v))
+		fmt.Fprintf(w, "ratio %s %s target%s%s %s\n", strings.ReplaceAll(t.name, " ", "_"), num(v), t.op, num(t.limit), t.judge(run, v))
 	}
 }
 

@@ -35,9 +35,12 @@ func writeResults(w io.Writer, r *run, note string) error {
 			lo, hi := r.spread(t.num)
 			fig += " (" + human(lo) + "–" + human(hi) + ")"
 		}
+		if low, short := t.shortOf(r); short {
+			fig += "; load not reached (" + human(low) + "/s)"
+		}
 		oncekit, peer, raw := t.cells()
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s %s | %s |\n",
-			t.what, r.cell(oncekit), r.cell(peer), r.cell(raw), fig, t.op, human(t.limit), t.verdict(v))
+			t.what, r.cell(oncekit), r.cell(peer), r.cell(raw), fig, t.op, human(t.limit), t.judge(r, v))
 	}
 
 	writeLatency(&b, r)
@@ -110,7 +113,7 @@ func (r *run) cell(k string) string {
 // human formats v for people: thousands separated, three significant
 // digits below 1,000.
 func human(v float64) string {
-	if math.Abs(v) >= 1000 {
+	if math.Abs(v) >= 999.5 { // three digits would round it to 1e+03
 		s := strconv.FormatFloat(math.Round(v), 'f', 0, 64)
 		neg := strings.HasPrefix(s, "-")
 		s = strings.TrimPrefix(s, "-")

@@ -77,7 +77,7 @@ BenchmarkConsume/oncekit-batch-2 1 0 ns/op 0.25 claim-overhead
 }
 
 func TestHuman(t *testing.T) {
-	for v, want := range map[float64]string{102345.6: "102,346", 1000: "1,000", 999.4: "999", 0.1206: "0.121", -2500: "-2,500", 3: "3"} {
+	for v, want := range map[float64]string{102345.6: "102,346", 1000: "1,000", 999.4: "999", 999.9: "1,000", 0.1206: "0.121", -2500: "-2,500", 3: "3"} {
 		if got := human(v); got != want {
 			t.Errorf("human(%v) = %q, want %q", v, got, want)
 		}
@@ -113,7 +113,7 @@ func containsAll(t *testing.T, what, got string, wants ...string) {
 // condition and rate, quiet first, each contender's medians with their
 // ranges and the relays' ratios to bare.
 func TestLatencyTable(t *testing.T) {
-	in := `BenchmarkLatencyE2E/contended-100-2 1 1 ns/op 4 bare-p50-ms 12 bare-p99-ms 6 poll-p50-ms 60 poll-p99-ms 5 logical-p50-ms 20 logical-p99-ms 1.5 poll-x-bare-p50 5 poll-x-bare-p99 1.25 logical-x-bare-p50 1.67 logical-x-bare-p99
+	in := `BenchmarkLatencyE2E/contended-100-2 1 1 ns/op 100 bare-events/s 99.8 poll-events/s 100.1 logical-events/s 4 bare-p50-ms 12 bare-p99-ms 6 poll-p50-ms 60 poll-p99-ms 5 logical-p50-ms 20 logical-p99-ms 1.5 poll-x-bare-p50 5 poll-x-bare-p99 1.25 logical-x-bare-p50 1.67 logical-x-bare-p99
 BenchmarkLatencyE2E/quiet-1000-2 1 1 ns/op 1 bare-p50-ms 5 bare-p99-ms 25 poll-p50-ms 80 poll-p99-ms 8 logical-p50-ms 54 logical-p99-ms 25 poll-x-bare-p50 16 poll-x-bare-p99 8 logical-x-bare-p50 10.8 logical-x-bare-p99
 BenchmarkLatencyE2E/quiet-1000-2 1 1 ns/op 2 bare-p50-ms 6 bare-p99-ms 27 poll-p50-ms 90 poll-p99-ms 9 logical-p50-ms 50 logical-p99-ms 13.5 poll-x-bare-p50 15 poll-x-bare-p99 4.5 logical-x-bare-p50 8.3 logical-x-bare-p99
 `
@@ -126,9 +126,32 @@ BenchmarkLatencyE2E/quiet-1000-2 1 1 ns/op 2 bare-p50-ms 6 bare-p99-ms 27 poll-p
 		t.Fatal(err)
 	}
 	s := page.String()
-	quiet := strings.Index(s, "| quiet | 1,000 | 1.5 (1–2) | 5.5 (5–6) | 26 (25–27) | 85 (80–90) | 8.5 (8–9) | 52 (50–54) | 19.2, 15.5 | 6.25, 9.55 |")
-	contended := strings.Index(s, "| contended | 100 | 4 | 12 | 6 | 60 | 5 | 20 | 1.5, 5 | 1.25, 1.67 |")
+	quiet := strings.Index(s, "| quiet | 1,000 | 1.5 (1–2) | 5.5 (5–6) | 26 (25–27) | 85 (80–90) | 8.5 (8–9) | 52 (50–54) | 19.2, 15.5 | 6.25, 9.55 |  |")
+	contended := strings.Index(s, "| contended | 100 | 4 | 12 | 6 | 60 | 5 | 20 | 1.5, 5 | 1.25, 1.67 | 100, 99.8, 100 |")
 	if quiet < 0 || contended < 0 || quiet > contended {
 		t.Fatalf("the latency table is not as expected:\n%s", s)
+	}
+}
+
+// A ratio to bare is no pass when a contender's writers fell short of the
+// rate asked: the two latencies were measured under unequal loads.
+func TestE2ETargetNeedsTheLoad(t *testing.T) {
+	const line = "BenchmarkLatencyE2E/quiet-5000-2 1 1 ns/op %v bare-events/s 4990 logical-events/s 4990 poll-events/s 0.5 logical-x-bare-p50 0.5 poll-x-bare-p50\n"
+	for reached, want := range map[string]string{"4980": "PASS", "2539": "MISS"} {
+		r, err := parse(strings.NewReader(strings.ReplaceAll(line, "%v", reached)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum, page bytes.Buffer
+		writeSummary(&sum, r)
+		if !strings.Contains(sum.String(), "ratio e2e_logical/bare_p50_quiet_5000/s 0.5 target<=2 "+want+"\n") {
+			t.Errorf("bare reached %s/s: want %s, got:\n%s", reached, want, sum.String())
+		}
+		if err := writeResults(&page, r, ""); err != nil {
+			t.Fatal(err)
+		}
+		if short := strings.Contains(page.String(), "0.5; load not reached (2,539/s)"); short != (want == "MISS") {
+			t.Errorf("bare reached %s/s: the page says load not reached: %v\n%s", reached, short, page.String())
+		}
 	}
 }

@@ -22,6 +22,12 @@ type target struct {
 	// those of the sub-benchmarks peer (watermill) and raw (the raw limit)
 	// of num's benchmark.
 	rate, peer, raw string
+	// reached lists the metrics of the load each contender reached, and
+	// asked the load they were asked for: a contender below 95% of it in
+	// any iteration makes the figure a comparison of unequal loads, which
+	// is no pass.
+	reached []string
+	asked   float64
 }
 
 func ratio(n, d float64) float64 { return n / d }
@@ -74,11 +80,27 @@ var targets = []target{
 // rate events/s, in condition (quiet or contended), at percentile p (p50,
 // p99).
 func e2e(relay, condition string, rate int, p string, limit float64) target {
+	bench := fmt.Sprintf("BenchmarkLatencyE2E/%s-%d ", condition, rate)
 	return target{
 		name: fmt.Sprintf("e2e %s/bare %s %s %d/s", relay, p, condition, rate),
 		what: fmt.Sprintf("end to end, commit to handler commit, %s relay, %s, %s, %s events/s, vs bare (paired)", relay, p, condition, human(float64(rate))),
-		num:  fmt.Sprintf("BenchmarkLatencyE2E/%s-%d %s-x-bare-%s", condition, rate, relay, p), op: "<=", limit: limit,
+		num:  bench + relay + "-x-bare-" + p, op: "<=", limit: limit,
+		reached: []string{bench + "bare-events/s", bench + relay + "-events/s"}, asked: float64(rate),
 	}
+}
+
+// shortOf reports the lowest load reached by a contender below 95% of
+// t.asked in some iteration, and whether there was one.
+func (t target) shortOf(r *run) (float64, bool) {
+	low, short := t.asked, false
+	for _, k := range t.reached {
+		for _, v := range r.samples[k] {
+			if v < 0.95*t.asked {
+				low, short = min(low, v), true
+			}
+		}
+	}
+	return low, short
 }
 
 // figure computes t's figure from the run's medians; false when the run
@@ -113,6 +135,15 @@ func (t target) cells() (oncekit, peer, raw string) {
 		return bench + "/" + name + " " + t.rate
 	}
 	return metric(sub), metric(t.peer), metric(t.raw)
+}
+
+// judge is t's verdict on v in run r: MISS as well when a contender did
+// not reach the load asked.
+func (t target) judge(r *run, v float64) string {
+	if _, short := t.shortOf(r); short {
+		return "MISS"
+	}
+	return t.verdict(v)
 }
 
 // verdict is PASS when v meets t's target, else MISS.
