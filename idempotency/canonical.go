@@ -58,7 +58,7 @@ func canonicalize(data []byte, exact bool) ([]byte, error) {
 	if p.pos != len(p.in) {
 		return nil, p.errorf("trailing data")
 	}
-	return p.write(make([]byte, 0, len(p.buf)+2*len(p.nodes)), root), nil
+	return p.write(make([]byte, 0, len(p.buf)+2*p.nodes.n), root), nil
 }
 
 type jcsParser struct {
@@ -67,20 +67,54 @@ type jcsParser struct {
 	exact bool // refuse numbers a double does not hold exactly
 
 	buf   []byte    // the canonical bytes of every scalar and member name, in input order
-	nodes []jcsNode // every value and member parsed
+	nodes nodeStore // every value and member parsed
 	open  []int32   // the children of the containers being parsed, innermost last
 	kids  []int32   // the children of each parsed container, a range per container
+	names []string  // the members' names, decoded
+
+	byName []namedNode // an object's members while they are sorted, reused
+}
+
+// namedNode is an object member's name and node, as its object sorts them.
+type namedNode struct {
+	name string
+	node int32
 }
 
 // jcsNode is a value or an object member of the parse tree.
+//
+// It holds no pointer (a member's name is an index into names), so that
+// the nodes of a large body are not scanned by the garbage collector.
 type jcsNode struct {
-	kind byte // jcsScalar, jcsObject, jcsArray or jcsMember
+	kind  byte  // jcsScalar, jcsObject, jcsArray or jcsMember
+	value int32 // a member's value
+	name  int32 // a member's name, decoded (the sort key), in names
 	// from, to: a scalar's canonical bytes, or a member's name, in buf; a
 	// container's children in kids.
 	from, to int
-	value    int32  // a member's value
-	name     string // a member's name, decoded: the sort key
 }
+
+// nodeStore holds the nodes in chunks of a fixed size: adding one never
+// copies the others, which for half a million nodes in one slice was most
+// of the time (each doubling a long copy the garbage collector waits on).
+type nodeStore struct {
+	chunks [][]jcsNode
+	n      int
+}
+
+const nodeChunk = 4096
+
+func (s *nodeStore) add(n jcsNode) int32 {
+	if s.n%nodeChunk == 0 {
+		s.chunks = append(s.chunks, make([]jcsNode, 0, nodeChunk))
+	}
+	c := &s.chunks[len(s.chunks)-1]
+	*c = append(*c, n)
+	s.n++
+	return int32(s.n - 1)
+}
+
+func (s *nodeStore) at(i int32) *jcsNode { return &s.chunks[i/nodeChunk][i%nodeChunk] }
 
 const (
 	jcsScalar byte = iota
@@ -106,8 +140,7 @@ func (p *jcsParser) skipSpace() {
 
 // add appends n to the tree and returns its index.
 func (p *jcsParser) add(n jcsNode) int32 {
-	p.nodes = append(p.nodes, n)
-	return int32(len(p.nodes) - 1)
+	return p.nodes.add(n)
 }
 
 // scalar adds the scalar whose canonical bytes buf holds from from on.
@@ -186,7 +219,8 @@ func (p *jcsParser) object(depth int) (int32, error) {
 		p.skipSpace()
 		from := len(p.buf)
 		p.buf = appendJCSString(p.buf, name)
-		m := jcsNode{kind: jcsMember, from: from, to: len(p.buf), name: name}
+		p.names = append(p.names, name)
+		m := jcsNode{kind: jcsMember, from: from, to: len(p.buf), name: int32(len(p.names) - 1)}
 		if m.value, err = p.value(depth + 1); err != nil {
 			return 0, err
 		}
@@ -200,11 +234,21 @@ func (p *jcsParser) object(depth int) (int32, error) {
 		}
 	}
 	members := p.open[mark:]
-	slices.SortFunc(members, func(a, b int32) int { return compareUTF16(p.nodes[a].name, p.nodes[b].name) })
-	for i := 1; i < len(members); i++ {
-		if name := p.nodes[members[i]].name; name == p.nodes[members[i-1]].name {
-			return 0, p.errorf("duplicate member name %q", name)
+	if len(members) > 1 {
+		// Sorted as (name, node) pairs side by side, not through the
+		// nodes: a wide object's sort then reads contiguous memory.
+		byName := p.byName[:0]
+		for _, m := range members {
+			byName = append(byName, namedNode{p.names[p.nodes.at(m).name], m})
 		}
+		slices.SortFunc(byName, func(a, b namedNode) int { return compareUTF16(a.name, b.name) })
+		for i := range byName {
+			if i > 0 && byName[i].name == byName[i-1].name {
+				return 0, p.errorf("duplicate member name %q", byName[i].name)
+			}
+			members[i] = byName[i].node
+		}
+		p.byName = byName
 	}
 	return p.closeContainer(jcsObject, mark), nil
 }
@@ -236,7 +280,7 @@ func (p *jcsParser) array(depth int) (int32, error) {
 
 // write appends the canonical form of node i to out.
 func (p *jcsParser) write(out []byte, i int32) []byte {
-	n := &p.nodes[i]
+	n := p.nodes.at(i)
 	switch n.kind {
 	case jcsScalar:
 		return append(out, p.buf[n.from:n.to]...)
@@ -270,6 +314,9 @@ func compareUTF16(a, b string) int {
 	}
 	if i == len(a) || i == len(b) {
 		return cmp.Compare(len(a), len(b))
+	}
+	if a[i] < utf8.RuneSelf && b[i] < utf8.RuneSelf {
+		return cmp.Compare(a[i], b[i]) // two ASCII characters: one unit each
 	}
 	for i > 0 && !utf8.RuneStart(a[i]) {
 		i-- // the differing character starts before the first differing byte
@@ -419,8 +466,20 @@ func (p *jcsParser) number() error {
 		return n
 	}
 	intStart := p.pos
-	if n := digits(); n == 0 || (n > 1 && p.in[intStart] == '0') {
+	n := digits()
+	if n == 0 || (n > 1 && p.in[intStart] == '0') {
 		return p.errorf("bad number")
+	}
+	if n <= 15 && (p.pos == len(p.in) || !isNumberTail(p.in[p.pos])) {
+		// An integer of at most 15 digits is a double exactly, the
+		// shortest digits of which are its own: its canonical form is the
+		// literal (0 for -0), with nothing to parse or format.
+		if p.in[intStart] == '0' {
+			p.buf = append(p.buf, '0')
+		} else {
+			p.buf = append(p.buf, p.in[start:p.pos]...)
+		}
+		return nil
 	}
 	if p.pos < len(p.in) && p.in[p.pos] == '.' {
 		p.pos++
@@ -447,6 +506,10 @@ func (p *jcsParser) number() error {
 	p.buf = appendES6Number(p.buf, f)
 	return nil
 }
+
+// isNumberTail reports whether c continues a number literal past its
+// integer part: a fraction or an exponent.
+func isNumberTail(c byte) bool { return c == '.' || c == 'e' || c == 'E' }
 
 // isShortest reports whether the number literal lit (valid JSON) has the same
 // significant digits and magnitude as the shortest decimal that round-trips

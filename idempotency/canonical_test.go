@@ -35,13 +35,17 @@ func TestCanonicalJSON(t *testing.T) {
 		{`0.0000001`, `1e-7`},
 		{`-5e-324`, `-5e-324`},
 		{`"\u2028"`, "\"\u2028\""},
+		// Integers of up to 15 digits are their own canonical form (0 for -0);
+		// longer ones go through the double.
+		{`[-0, 0, 7, -15, 100, 999999999999999, -999999999999999, 1000000000000000, 12345678901234567]`,
+			`[0,0,7,-15,100,999999999999999,-999999999999999,1000000000000000,12345678901234568]`},
 	}
 	for _, c := range cases {
 		got, err := idempotency.CanonicalJSON([]byte(c.in))
 		require.NoError(t, err, c.in)
 		require.Equal(t, c.want, string(got), c.in)
 	}
-	for _, bad := range []string{``, `{`, `{"a":1,"a":2}`, `[1,]`, `01`, `1.`, `1e`, `"\ud800"`, "\"\xff\"",
+	for _, bad := range []string{``, `{`, `{"a":1,"a":2}`, `-`, `[-]`, `-01`, `00`, `[1,]`, `01`, `1.`, `1e`, `"\ud800"`, "\"\xff\"",
 		`1e400`, `{"a" 1}`, `tru`, `nul`, `[1] x`, "\"a\x01\"", `"\x"`} {
 		_, err := idempotency.CanonicalJSON([]byte(bad))
 		require.ErrorIs(t, err, idempotency.ErrNotCanonicalizable, "%q", bad)
