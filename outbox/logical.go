@@ -46,6 +46,9 @@ type LogicalRelayConfig struct {
 	// Table configures the polling Relay the LogicalRelay runs for the
 	// outbox table: parked messages once unparked, and rows enqueued
 	// without Config.Logical (before a switch). Its Registerer is its own.
+	// Its PollInterval defaults to 5s, not 500ms: the table is looked at
+	// at once when a message is unparked (Unpark notifies) or written
+	// into it by this relay, so the idle relay need not poll it often.
 	Table RelayConfig
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -67,6 +70,7 @@ func (c *LogicalRelayConfig) withDefaults() LogicalRelayConfig {
 	if out.Table.Logger == nil {
 		out.Table.Logger = out.Logger
 	}
+	out.Table.PollInterval = cmp.Or(out.Table.PollInterval, 5*time.Second)
 	return out
 }
 

@@ -262,6 +262,7 @@ func (s *session) toTable(ctx context.Context, idx []int, errs map[int]string) e
 	if _, err := r.pool.Exec(ctx, r.sql.toTable, ids, parts, keys, subjects, payloads, headers, attempts, lastErrs); err != nil {
 		return fmt.Errorf("outbox: write to the table: %w", err)
 	}
+	r.tbl.probeNow() // the table's relay looks at once
 	for _, i := range idx {
 		s.pending[i].done = true
 		if _, parked := errs[i]; parked {
