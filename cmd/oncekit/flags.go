@@ -84,6 +84,13 @@ func nonNegative(fs *flag.FlagSet, names ...string) error {
 	return nil
 }
 
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // envString is a string flag whose default comes from an environment
 // variable read after parsing, so that -h never prints a value taken from
 // the environment (a credential, often).

@@ -48,7 +48,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&cfg.ID, "id", "", "name of this relay in the lease tables (default hostname-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", 1000, "most rows read and published at once per partition")
 	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "partition lease duration (renewed every third of it)")
-	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "longest wait between two looks at the outbox")
+	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "longest wait between two looks at the outbox (with --logical: at the table, 5s unless set)")
 	fs.DurationVar(&cfg.BusyPollInterval, "busy-poll-interval", time.Millisecond, "wait between looks while events keep arriving")
 	fs.BoolVar(&cfg.PollOnly, "poll-only", false, "do not LISTEN (PgBouncer transaction pooling)")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 10, "failed publishes before a message is parked")
@@ -122,6 +122,9 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	}
 	var relay interface{ Run(context.Context) error }
 	if *logical {
+		if !flagSet(fs, "poll-interval") {
+			cfg.PollInterval = 0 // the logical relay's default for its table
+		}
 		relay, err = outbox.NewLogicalRelay(pool, db.url(), ob, pub, &outbox.LogicalRelayConfig{
 			PublishTimeout: cfg.PublishTimeout, BatchSize: cfg.BatchSize, Table: cfg, Logger: log,
 			Registerer: reg})
