@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -64,19 +63,6 @@ func logicalSetup(t *testing.T) *bundle {
 			WHERE slot_name = $1 AND NOT active`, "oncekit_"+b.db.Schema)
 	})
 	return b
-}
-
-// restartableBroker moves b's stream to an in-process server the test
-// can stop and start again on the same store.
-func restartableBroker(t *testing.T, b *bundle) *restartable {
-	t.Helper()
-	br := &restartable{t: t, b: b, dir: t.TempDir()}
-	br.srv = testenv.StartServer(t, br.dir, -1)
-	br.url = br.srv.ClientURL()
-	var err error
-	b.stream, err = natsjs.EnsureStream(context.Background(), connectJS(t, br.url), natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
-	require.NoError(t, err)
-	return br
 }
 
 // startLogicalRelay runs a logical relay until the test ends (or stop is

@@ -217,6 +217,19 @@ type restartable struct {
 	srv *server.Server
 }
 
+// restartableBroker moves b's stream to an in-process server the test
+// can stop and start again on the same store.
+func restartableBroker(t *testing.T, b *bundle) *restartable {
+	t.Helper()
+	br := &restartable{t: t, b: b, dir: t.TempDir()}
+	br.srv = testenv.StartServer(t, br.dir, -1)
+	br.url = br.srv.ClientURL()
+	var err error
+	b.stream, err = natsjs.EnsureStream(context.Background(), connectJS(t, br.url), natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
+	require.NoError(t, err)
+	return br
+}
+
 // withRestartableBroker sets up a bundle whose stream lives on a
 // restartable in-process server.
 func withRestartableBroker(t *testing.T) (*bundle, *restartable) {
@@ -224,13 +237,7 @@ func withRestartableBroker(t *testing.T) (*bundle, *restartable) {
 	b := &bundle{db: testenv.NewDB(t), name: testenv.Name(t)}
 	b.subject = b.name + ".ev"
 	b.ob = newOutbox(t, b.db, outbox.Config{})
-	r := &restartable{t: t, b: b, dir: t.TempDir()}
-	r.srv = testenv.StartServer(t, r.dir, -1)
-	r.url = r.srv.ClientURL()
-	var err error
-	b.stream, err = natsjs.EnsureStream(context.Background(), connectJS(t, r.url), natsjs.StreamConfig{Name: b.name, Subjects: []string{b.subject + ".>"}})
-	require.NoError(t, err)
-	return b, r
+	return b, restartableBroker(t, b)
 }
 
 // stop shuts the server down.
