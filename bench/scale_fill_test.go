@@ -55,8 +55,10 @@ SELECT 'bench', gen_random_uuid(), now() - interval '14 days' + g * (interval '7
 FROM generate_series($1::bigint, $2::bigint - 1) g`
 
 // fillEffects adds settled effects over three kinds recorded 30–60 days ago:
-// 99% confirmed, 1% failed, one in 10,000 unknown (those wait in the due
-// index at 'infinity', as the dispatcher leaves them). Keys are derived as
+// 99% confirmed, 1% failed, and one in 10,000 of the newest 100,000 unknown
+// (those wait in the due index at 'infinity', as the dispatcher leaves
+// them): unknown effects are an operator's backlog, resolved as they come,
+// not history, so 10 wait however long the history (one at 1,000 rows). Keys are derived as
 // DeriveKey derives them (64 hex characters of a hash).
 const fillEffects = `
 INSERT INTO side_effects (source_id, kind, payload, idempotency_key, state, attempts, next_attempt_at,
@@ -67,7 +69,7 @@ SELECT 'hist-' || g, k.kind, decode(repeat(md5(g::text), 8), 'hex'),
 	CASE s.state WHEN 'confirmed' THEN 'ref-' || g END, t.at, t.at, CASE s.state WHEN 'confirmed' THEN t.at END, t.at
 FROM generate_series($1::bigint, $2::bigint - 1) g,
 	LATERAL (SELECT (ARRAY['order.paid', 'email.receipt', 'sms.send'])[1 + g % 3] AS kind) k,
-	LATERAL (SELECT CASE WHEN g % 10000 = 7 THEN 'unknown' WHEN g % 100 = 3 THEN 'failed' ELSE 'confirmed' END AS state) s,
+	LATERAL (SELECT CASE WHEN g % 10000 = 7 AND g >= {rows} - 100000 THEN 'unknown' WHEN g % 100 = 3 THEN 'failed' ELSE 'confirmed' END AS state) s,
 	LATERAL (SELECT now() - interval '60 days' + g * (interval '30 days' / {rows}) AS at) t`
 
 // fillKeys adds completed edge records over three operations, the keys

@@ -18,6 +18,7 @@ import (
 	"github.com/oncekit/oncekit/console"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/internal/consoletest"
+	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -323,4 +324,19 @@ func TestHostileParametersAreRefused(t *testing.T) {
 	}
 	require.Zero(t, count(t, db, `SELECT count(*) FROM console_audit`))
 	require.Equal(t, http.StatusOK, get(t, srv.URL+"/chain?q="+url.QueryEscape("päy-✓")).status, "valid UTF-8 is fine")
+}
+
+func TestEffectCountsSayWhenTheyStoppedAtTheCap(t *testing.T) {
+	t.Parallel()
+	srv, db, _ := server(t, console.Config{})
+	for _, path := range []string{"/", "/effects"} {
+		require.NotContains(t, get(t, srv.URL+path).body, `id="effects-capped"`, path)
+	}
+	_, err := db.Pool.Exec(context.Background(), `
+		INSERT INTO side_effects (source_id, kind, idempotency_key, next_attempt_at)
+		SELECT 'outage-' || g, 'capture', 'outage-' || g, now() FROM generate_series(1, $1) g`, report.LiveCap)
+	require.NoError(t, err)
+	for _, path := range []string{"/", "/effects"} {
+		require.Contains(t, get(t, srv.URL+path).body, `id="effects-capped"`, path)
+	}
 }

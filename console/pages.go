@@ -151,6 +151,7 @@ type unknownEffect struct {
 // effectsView is the side effects page: unknown and overdue first.
 type effectsView struct {
 	Counts  []report.Effects
+	Capped  bool // the live counts stopped at report.LiveCap
 	Unknown []unknownEffect
 	Overdue []overdueEffect
 	After   int64 // the next page of unknown effects starts after this ID
@@ -163,7 +164,7 @@ func (con *Console) effectsPage(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		v.Counts = rep.Effects
+		v.Counts, v.Capped = rep.Effects, rep.EffectsCapped
 		rows, err := tx.Query(r.Context(), con.sql.unknownEffects, after(r), pageLimit)
 		if err != nil {
 			return err

@@ -93,6 +93,9 @@ func writeStatus(e *env, r report.Status) error {
 	if err := indentTable(w, "  KIND\tPENDING\tOVERDUE\tFIRED\tPAST LEASE\tUNKNOWN\tCONFIRMED\tFAILED", lines, "  none live or recent"); err != nil {
 		return err
 	}
+	if r.EffectsCapped {
+		fmt.Fprintf(w, "  live effects counted up to %d due and %d unknown: each figure is at least what it says\n", report.LiveCap, report.LiveCap)
+	}
 	id := r.Idempotency
 	completed := strconv.FormatInt(id.Completed, 10)
 	if id.CompletedCapped {

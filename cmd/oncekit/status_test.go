@@ -108,3 +108,15 @@ func TestStatusOnAnEmptyDatabase(t *testing.T) {
 	require.Contains(t, out, `"consumers": []`)
 	require.Regexp(t, `"first": 0,\s+"last": 15,`, out)
 }
+
+func TestStatusSaysWhenEffectsWereCountedUpToTheCap(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	rep := report.Status{Effects: []report.Effects{{Kind: "capture", Pending: report.LiveCap}}}
+	require.NoError(t, writeStatus(&env{stdout: &out}, rep))
+	require.NotContains(t, out.String(), "at least")
+	rep.EffectsCapped = true
+	out.Reset()
+	require.NoError(t, writeStatus(&env{stdout: &out}, rep))
+	require.Contains(t, out.String(), "live effects counted up to 10000 due and 10000 unknown: each figure is at least what it says")
+}

@@ -12,12 +12,15 @@ import (
 
 // Status is everything `oncekit status` and the console's overview show.
 type Status struct {
-	Schema      string      `json:"schema"`
-	At          time.Time   `json:"at"`
-	Outbox      Outbox      `json:"outbox"`
-	Consumers   []Consumer  `json:"consumers"`
-	Effects     []Effects   `json:"effects"`
-	Idempotency Idempotency `json:"idempotency"`
+	Schema    string     `json:"schema"`
+	At        time.Time  `json:"at"`
+	Outbox    Outbox     `json:"outbox"`
+	Consumers []Consumer `json:"consumers"`
+	Effects   []Effects  `json:"effects"`
+	// EffectsCapped says that the live effects' counts stopped at LiveCap
+	// due or LiveCap unknown effects: each is then at least what it says.
+	EffectsCapped bool        `json:"effects_capped,omitempty"`
+	Idempotency   Idempotency `json:"idempotency"`
 }
 
 // Outbox is the relay's side: backlog, parked rows and keys, partition
@@ -177,17 +180,19 @@ func Read(ctx context.Context, tx pgx.Tx, schema string, overdue, recent time.Du
 	if rep.Consumers, err = readConsumers(ctx, tx, q); err != nil {
 		return rep, err
 	}
-	if rep.Effects, err = readEffects(ctx, tx, q, overdue, recent); err != nil {
+	if rep.Effects, rep.EffectsCapped, err = readEffects(ctx, tx, q, overdue, recent); err != nil {
 		return rep, err
 	}
 	// Each count reads a partial index: in-progress claims under a lease,
-	// completed records (idempotency_keys_expired), unknown ones
-	// (idempotency_keys_unsettled).
+	// completed records (idempotency_keys_expired, the newest first: under
+	// a bare limit the planner reads the table from its first page, which a
+	// large table's sequential scan does not keep in shared_buffers), unknown
+	// ones (idempotency_keys_unsettled).
 	err = tx.QueryRow(ctx, q(`SELECT
 		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL),
 		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL AND locked_until < now()),
 		(SELECT count(*) FROM (SELECT FROM {schema}.idempotency_keys WHERE state = 'completed' AND expires_at > '-infinity'
-			LIMIT $1) c),
+			ORDER BY expires_at DESC LIMIT $1) c),
 		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'unknown')`), CompletedCap+1).
 		Scan(&rep.Idempotency.InProgress, &rep.Idempotency.InProgressPastLease, &rep.Idempotency.Completed, &rep.Idempotency.Unknown)
 	if rep.Idempotency.Completed > CompletedCap {
@@ -247,27 +252,47 @@ func readConsumers(ctx context.Context, tx pgx.Tx, q func(string) string) ([]Con
 	})
 }
 
-// readEffects counts effects by kind and state: the live ones (pending,
-// fired, unknown) through the due index, the settled ones recorded within
-// recent through the BRIN index on created_at.
-func readEffects(ctx context.Context, tx pgx.Tx, q func(string) string, overdue, recent time.Duration) ([]Effects, error) {
+// readEffects counts effects by kind and state: the live ones (pending and
+// fired, then unknown: LiveCap of each at most) through the due index, the
+// settled ones recorded within recent through the BRIN index on created_at.
+// It reports whether a live count stopped at LiveCap.
+func readEffects(ctx context.Context, tx pgx.Tx, q func(string) string, overdue, recent time.Duration) ([]Effects, bool, error) {
 	rows, err := tx.Query(ctx, q(`WITH live AS (
+			(SELECT kind, state, next_attempt_at, lease_expires_at FROM {schema}.side_effects
+				WHERE next_attempt_at IS NOT NULL AND next_attempt_at < 'infinity' ORDER BY next_attempt_at, id LIMIT $4)
+			UNION ALL
+			(SELECT kind, state, next_attempt_at, lease_expires_at FROM {schema}.side_effects
+				WHERE next_attempt_at = 'infinity' ORDER BY next_attempt_at, id LIMIT $4)),
+		by_kind AS (
 			SELECT kind,
 				count(*) FILTER (WHERE state = 'pending') AS pending,
 				count(*) FILTER (WHERE state = 'pending' AND next_attempt_at < now() - make_interval(secs => $1)) AS overdue,
 				count(*) FILTER (WHERE state = 'fired') AS fired,
 				count(*) FILTER (WHERE state = 'fired' AND lease_expires_at < now()) AS past_lease,
 				count(*) FILTER (WHERE state = 'unknown') AS unknown
-			FROM {schema}.side_effects WHERE next_attempt_at IS NOT NULL GROUP BY kind),
+			FROM live GROUP BY kind),
 		settled AS (
 			SELECT kind, count(*) FILTER (WHERE state = 'confirmed') AS confirmed, count(*) FILTER (WHERE state = 'failed') AS failed
 			FROM {schema}.side_effects WHERE created_at >= now() - make_interval(secs => $2) AND state IN ('confirmed', 'failed')
 			GROUP BY kind)
 		SELECT coalesce(l.kind, s.kind), coalesce(l.pending, 0), coalesce(l.overdue, 0), coalesce(l.fired, 0),
 			coalesce(l.past_lease, 0), coalesce(l.unknown, 0), coalesce(s.confirmed, 0), coalesce(s.failed, 0)
-		FROM live l FULL JOIN settled s ON s.kind = l.kind ORDER BY 1 LIMIT $3`), overdue.Seconds(), recent.Seconds(), Limit)
+		FROM by_kind l FULL JOIN settled s ON s.kind = l.kind ORDER BY 1 LIMIT $3`), overdue.Seconds(), recent.Seconds(), Limit, LiveCap)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[Effects])
+	effects, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Effects])
+	var due, unknown int64
+	for _, e := range effects {
+		due += e.Pending + e.Fired
+		unknown += e.Unknown
+	}
+	return effects, due >= LiveCap || unknown >= LiveCap, err
 }
+
+// LiveCap bounds the live effects the report counts: that many due
+// (pending and fired, the earliest due first) and that many unknown. A
+// count of every live effect would read each (1.4 µs apiece at 10M rows of
+// history), so a provider's outage that leaves a million effects pending
+// would slow the report to seconds when an operator needs it.
+const LiveCap = 10_000

@@ -1,0 +1,134 @@
+package report_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/internal/report"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// read reads db's report in a read-only, repeatable-read transaction, as
+// the console and `oncekit status` do.
+func read(t *testing.T, db *testenv.DB) report.Status {
+	t.Helper()
+	var rep report.Status
+	err := pgx.BeginTxFunc(context.Background(), db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			var err error
+			rep, err = report.Read(context.Background(), tx, db.Schema, time.Minute, time.Hour)
+			return err
+		})
+	require.NoError(t, err)
+	return rep
+}
+
+// addEffects records n effects of kind in state, due at due.
+func addEffects(t *testing.T, db *testenv.DB, kind, state, due string, n int) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `
+		INSERT INTO side_effects (source_id, kind, idempotency_key, state, next_attempt_at)
+		SELECT $1 || '-' || $2 || '-' || g, $1, $1 || '-' || $2 || '-' || g, $2, $3::timestamptz
+		FROM generate_series(1, $4) g`, kind, state, due, n)
+	require.NoError(t, err)
+}
+
+func TestLiveEffectsCountedUpToTheCap(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	addEffects(t, db, "order.paid", "pending", "-infinity", 5)
+	addEffects(t, db, "order.paid", "unknown", "infinity", 2)
+	rep := read(t, db)
+	require.False(t, rep.EffectsCapped)
+	require.Equal(t, []report.Effects{{Kind: "order.paid", Pending: 5, Overdue: 5, Unknown: 2}}, rep.Effects)
+
+	// An outage leaves more effects pending than the cap: the count stops
+	// there, says so, and the unknown effects (due last) are still counted.
+	addEffects(t, db, "email.receipt", "pending", "now", report.LiveCap)
+	rep = read(t, db)
+	require.True(t, rep.EffectsCapped)
+	var due, unknown int64
+	for _, e := range rep.Effects {
+		due += e.Pending + e.Fired
+		unknown += e.Unknown
+	}
+	require.Equal(t, int64(report.LiveCap), due, "due effects counted up to the cap")
+	require.Equal(t, int64(2), unknown, "unknown effects counted beside a capped count of due ones")
+	require.Equal(t, int64(5), rep.Effects[1].Overdue, "the earliest due are counted first: %+v", rep.Effects)
+}
+
+// removed finds the rows a plan node read and threw away; lossy the heap
+// pages a BRIN index could not rule out.
+var (
+	removed = regexp.MustCompile(`Rows Removed by Filter: (\d+)`)
+	lossy   = regexp.MustCompile(`Heap Blocks: lossy=(\d+)`)
+)
+
+// TestReportReadsThroughIndexes runs every statement of the report, as
+// Read sent it, under EXPLAIN ANALYZE with a generic plan (as pgx runs it
+// once prepared) on 20,000 rows of each large table: none may read one of
+// them whole, nor throw away 1,000 rows or more it read. A BRIN index
+// (the recent claims and effects) rules out what it has summarized: the
+// range its bound falls in and the newest, which VACUUM leaves
+// unsummarized until it is full, two ranges of 128 pages at most.
+func TestReportReadsThroughIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, status_code, expires_at)
+			SELECT '', 'pay', md5(g::text), '\x00', 'completed', 201, now() + interval '1 day' FROM generate_series(1, 20000) g;
+		INSERT INTO outbox (id, partition, ordering_key, subject, payload)
+			SELECT gen_random_uuid(), g % 8, 'k' || (g % 500), 'a.b', '' FROM generate_series(1, 20000) g;
+		INSERT INTO processed_messages (consumer, message_id, processed_at)
+			SELECT 'c', gen_random_uuid(), now() - interval '2 days' FROM generate_series(1, 20000) g;
+		INSERT INTO dead_letters (consumer, message_id, subject, payload, reason, attempts, replayed_at)
+			SELECT 'c', gen_random_uuid()::text, 'a.b', '', 'err ' || g, 5, now() FROM generate_series(1, 20000) g;
+		INSERT INTO side_effects (source_id, kind, idempotency_key, state, next_attempt_at, created_at)
+			SELECT 's' || g, 'mail', md5('e' || g), 'confirmed', NULL, now() - interval '2 days' FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	// As autovacuum leaves them: analyzed, the BRIN ranges summarized.
+	_, err = db.Pool.Exec(ctx, `VACUUM ANALYZE`)
+	require.NoError(t, err)
+	var log testenv.StatementLog
+	traced := &testenv.DB{Pool: db.TracedPool(t, &log), Schema: db.Schema}
+	read(t, traced)
+	stmts := log.Matching("")
+	require.Greater(t, len(stmts), 5)
+	for _, s := range stmts {
+		if !strings.HasPrefix(strings.TrimSpace(s.SQL), "SELECT") && !strings.HasPrefix(strings.TrimSpace(s.SQL), "WITH") {
+			continue // begin, commit
+		}
+		var lines []string
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL jit = off"); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+s.SQL, s.Args...)
+			if err != nil {
+				return err
+			}
+			lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		}), s.SQL)
+		plan := strings.Join(lines, "\n")
+		for _, big := range []string{"outbox", "processed_messages", "dead_letters", "side_effects", "idempotency_keys"} {
+			require.NotContains(t, plan, "Seq Scan on "+big+" ", s.SQL+"\n"+plan)
+		}
+		for _, m := range removed.FindAllStringSubmatch(plan, -1) {
+			n, _ := strconv.Atoi(m[1])
+			require.Less(t, n, 1000, s.SQL+"\n"+plan)
+		}
+		for _, m := range lossy.FindAllStringSubmatch(plan, -1) {
+			n, _ := strconv.Atoi(m[1])
+			require.LessOrEqual(t, n, 2*128, s.SQL+"\n"+plan)
+		}
+	}
+}
