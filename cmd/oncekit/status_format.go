@@ -94,7 +94,8 @@ func writeStatus(e *env, r report.Status) error {
 		return err
 	}
 	if r.EffectsCapped {
-		fmt.Fprintf(w, "  live effects counted up to %d due and %d unknown: each figure is at least what it says\n", report.LiveCap, report.LiveCap)
+		fmt.Fprintf(w, "  effects counted up to %d due, %d unknown and the newest %d recorded: each figure is at least what it says\n",
+			report.LiveCap, report.LiveCap, report.LiveCap)
 	}
 	id := r.Idempotency
 	completed := strconv.FormatInt(id.Completed, 10)

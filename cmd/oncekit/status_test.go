@@ -118,5 +118,5 @@ func TestStatusSaysWhenEffectsWereCountedUpToTheCap(t *testing.T) {
 	rep.EffectsCapped = true
 	out.Reset()
 	require.NoError(t, writeStatus(&env{stdout: &out}, rep))
-	require.Contains(t, out.String(), "live effects counted up to 10000 due and 10000 unknown: each figure is at least what it says")
+	require.Contains(t, out.String(), "effects counted up to 10000 due, 10000 unknown and the newest 10000 recorded: each figure is at least what it says")
 }

@@ -132,3 +132,53 @@ func TestReportReadsThroughIndexes(t *testing.T) {
 		}
 	}
 }
+
+// addSettled records n effects of kind in state (confirmed or failed),
+// recorded ago.
+func addSettled(t *testing.T, db *testenv.DB, kind, state string, ago time.Duration, n int) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `
+		INSERT INTO side_effects (source_id, kind, idempotency_key, state, next_attempt_at, created_at)
+		SELECT k, $1::text, k, $2::text, NULL, now() - make_interval(secs => $3::float8)
+		FROM generate_series(1, $4) g, LATERAL (SELECT concat_ws('-', $1::text, $2::text, g, $3::float8) AS k) k`, kind, state, ago.Seconds(), n)
+	require.NoError(t, err)
+}
+
+func TestSettledEffectsCountedWithinTheRecentWindow(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	addSettled(t, db, "order.paid", "confirmed", 3*time.Hour, 40)
+	addSettled(t, db, "order.paid", "failed", 2*time.Hour, 4)
+	addSettled(t, db, "order.paid", "confirmed", 10*time.Minute, 3)
+	addSettled(t, db, "order.paid", "failed", time.Minute, 2)
+	rep := read(t, db) // the window: the last hour
+	require.False(t, rep.EffectsCapped)
+	require.Equal(t, []report.Effects{{Kind: "order.paid", Confirmed: 3, Failed: 2}}, rep.Effects)
+
+	// More recorded within the window than the cap: the newest are counted,
+	// and the report says so.
+	addSettled(t, db, "order.paid", "confirmed", 0, report.LiveCap)
+	rep = read(t, db)
+	require.True(t, rep.EffectsCapped)
+	require.Equal(t, []report.Effects{{Kind: "order.paid", Confirmed: report.LiveCap}}, rep.Effects)
+}
+
+// Read plans its own statements generically and leaves the transaction's
+// later statements (the console's lists) to the mode it found.
+func TestReadLeavesThePlanModeAsItFoundIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
+			return err
+		}
+		if _, err := report.Read(ctx, tx, db.Schema, time.Minute, time.Hour); err != nil {
+			return err
+		}
+		var mode string
+		require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+		require.Equal(t, "force_custom_plan", mode)
+		return nil
+	}))
+}

@@ -16,15 +16,19 @@ const scaleHeading = "## Scale"
 // The scale targets: a hot path at the most retained rows keeps this share
 // of its rate on empty tables (paired), and its p99 latency within this
 // multiple; retention deletes this many rows/s while the hot path keeps this
-// share of its rate; a daemon's peak RSS stays within this many MiB.
+// share of its rate; a daemon's peak RSS stays within this many MiB; a
+// console page's server time at the most rows stays within this multiple of
+// its time on a 1,000-row history (paired).
 const (
 	scaleMinRate       = 0.8
 	scaleMaxP99        = 2
 	scaleMinDeleted    = 50_000
 	scaleMinHotRate    = 0.9
 	scaleMaxRSSMiB     = 200
+	scaleMaxConsole    = 1.5
 	scalePrefix        = "BenchmarkScale/"
 	scaleMemoryPrefix  = "BenchmarkScaleMemory/"
+	scaleConsolePrefix = "BenchmarkScaleConsole/"
 	scaleRetentionPart = "-retention"
 )
 
@@ -37,10 +41,24 @@ type scaleFigure struct {
 // scaleFigures lists the run's BenchmarkScale lines (retention and memory
 // apart), by path in order of appearance, then rows.
 func (r *run) scaleFigures() (hot, retention []scaleFigure) {
+	for _, f := range r.figures(scalePrefix) {
+		if strings.HasSuffix(f.path, scaleRetentionPart) {
+			retention = append(retention, f)
+		} else {
+			hot = append(hot, f)
+		}
+	}
+	return hot, retention
+}
+
+// figures lists the run's <prefix><path>/rows=<rows> lines, by path in
+// order of appearance, then rows.
+func (r *run) figures(prefix string) []scaleFigure {
+	var out []scaleFigure
 	seen := map[scaleFigure]bool{}
 	for _, k := range r.order {
 		name, _, _ := strings.Cut(k, " ")
-		rest, ok := strings.CutPrefix(name, scalePrefix)
+		rest, ok := strings.CutPrefix(name, prefix)
 		if !ok {
 			continue
 		}
@@ -50,17 +68,22 @@ func (r *run) scaleFigures() (hot, retention []scaleFigure) {
 			continue
 		}
 		f := scaleFigure{path, rows}
-		if seen[f] {
-			continue
-		}
-		seen[f] = true
-		if strings.HasSuffix(path, scaleRetentionPart) {
-			retention = append(retention, f)
-		} else {
-			hot = append(hot, f)
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
 		}
 	}
-	return hot, retention
+	return out
+}
+
+// consoleMetric is the median of a console page's metric unit at rows, and
+// whether it was measured.
+func (r *run) consoleMetric(f scaleFigure, unit string) (float64, bool) {
+	k := fmt.Sprintf("%s%s/rows=%d %s", scaleConsolePrefix, f.path, f.rows, unit)
+	if len(r.samples[k]) == 0 {
+		return 0, false
+	}
+	return r.median(k), true
 }
 
 // metric is the median of the figure's metric unit, and whether it was
@@ -132,7 +155,25 @@ func scaleVerdicts(r *run) []string {
 			out = append(out, verdictLine("scale memory "+name+" peak-rss-MiB", r.median(k), "<=", scaleMaxRSSMiB))
 		}
 	}
+	pages, most := r.consolePages()
+	for _, p := range pages {
+		if v, ok := r.consoleMetric(scaleFigure{p, most}, "x-1k"); ok && most > 0 {
+			out = append(out, verdictLine("scale console "+p+" rows="+strconv.Itoa(most)+" x-1k", v, "<=", scaleMaxConsole))
+		}
+	}
 	return out
+}
+
+// consolePages lists the console pages the run timed, in order of
+// appearance, and the most rows they were timed at.
+func (r *run) consolePages() (pages []string, most int) {
+	for _, f := range r.figures(scaleConsolePrefix) {
+		if !slices.Contains(pages, f.path) {
+			pages = append(pages, f.path)
+		}
+		most = max(most, f.rows)
+	}
+	return pages, most
 }
 
 func verdictLine(name string, v float64, op string, limit float64) string {
@@ -146,7 +187,7 @@ func verdictLine(name string, v float64, op string, limit float64) string {
 func writeScale(w io.Writer, r *run, note string) error {
 	var b strings.Builder
 	b.WriteString(scaleHeading + "\n\n")
-	b.WriteString("Added by `make bench-scale` (`BenchmarkScale`, `BenchmarkScaleMemory`); a later `make bench` keeps\n")
+	b.WriteString("Added by `make bench-scale` (`BenchmarkScale`, `BenchmarkScaleMemory`, `BenchmarkScaleConsole`); a later `make bench` keeps\n")
 	b.WriteString("this section, a later `make bench-scale` replaces it. What it measures is in\n")
 	b.WriteString("[docs/benchmarks.md](../docs/benchmarks.md#scale).\n\n")
 	hot, retention := r.scaleFigures()
@@ -246,6 +287,32 @@ func writeScale(w io.Writer, r *run, note string) error {
 			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s (%s×) | %s | %s | %s | %s | %s |\n", strings.TrimSuffix(f.path, scaleRetentionPart),
 				human(float64(f.rows)), passes.n, human(deleted), human(perSec), human(rate), human(x), busy, p99, before, checkpoints.text(),
 				map[bool]string{true: "PASS", false: "MISS"}[pass])
+		}
+	}
+
+	if pages, most := r.consolePages(); len(pages) > 0 && most > 0 {
+		b.WriteString("\n### Console pages\n\n")
+		b.WriteString("Each page's server time (the handler's, without the network; the median of its requests) with\n")
+		fmt.Fprintf(&b, "%s rows in each table, and (×) over the same page in the same pair on a history of 1,000 rows of\n", human(float64(most)))
+		b.WriteString("each table (the least in which every page shows what it shows at any size) and on empty tables,\n")
+		b.WriteString("where a page that lists rows lists none. Medians over the pairs, with their ranges.\n")
+		fmt.Fprintf(&b, "Target: ≤ %s× the 1,000-row history.\n\n", num(scaleMaxConsole))
+		b.WriteString("| page | ms | × 1,000 rows | × empty | |\n|---|---|---|---|---|\n")
+		cell := func(f scaleFigure, unit string) string {
+			k := fmt.Sprintf("%s%s/rows=%d %s", scaleConsolePrefix, f.path, f.rows, unit)
+			if len(r.samples[k]) == 0 {
+				return ""
+			}
+			lo, hi := r.spread(k)
+			return fmt.Sprintf("%s (%s–%s)", human(r.median(k)), human(lo), human(hi))
+		}
+		for _, p := range pages {
+			f := scaleFigure{p, most}
+			verdict := ""
+			if x, ok := r.consoleMetric(f, "x-1k"); ok {
+				verdict = target{op: "<=", limit: scaleMaxConsole}.verdict(x)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p, cell(f, "ms"), cell(f, "x-1k"), cell(f, "x-empty"), verdict)
 		}
 	}
 

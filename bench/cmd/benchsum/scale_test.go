@@ -97,3 +97,31 @@ func TestScaleSectionSurvivesEitherRun(t *testing.T) {
 		t.Errorf("main page not kept:\n%s", p)
 	}
 }
+
+// The console's pages: their time at the most rows, over the 1,000-row
+// history (judged) and the empty tables, medians over the pairs.
+func TestScaleConsolePages(t *testing.T) {
+	r, err := parse(strings.NewReader(`BenchmarkScaleConsole/overview/rows=0-2 1 2 ns/op 1.2 ms 0.9 x-1k 1 x-empty
+BenchmarkScaleConsole/audit/rows=0-2 1 2 ns/op 0.2 ms 0.4 x-1k 1 x-empty
+BenchmarkScaleConsole/overview/rows=10000000-2 1 2 ns/op 3.0 ms 1.1 x-1k 2.0 x-empty
+BenchmarkScaleConsole/audit/rows=10000000-2 1 2 ns/op 0.6 ms 0.9 x-1k 3.0 x-empty
+BenchmarkScaleConsole/overview/rows=10000000#01-2 1 2 ns/op 3.4 ms 1.7 x-1k 2.2 x-empty
+BenchmarkScaleConsole/audit/rows=10000000#01-2 1 2 ns/op 0.5 ms 0.8 x-1k 2.6 x-empty
+BenchmarkScaleConsole/overview/rows=10000000#02-2 1 2 ns/op 3.2 ms 1.6 x-1k 2.1 x-empty
+BenchmarkScaleConsole/audit/rows=10000000#02-2 1 2 ns/op 0.7 ms 1.0 x-1k 2.8 x-empty
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page bytes.Buffer
+	if err := writeScale(&page, r, ""); err != nil {
+		t.Fatal(err)
+	}
+	containsAll(t, "section", page.String(), "### Console pages",
+		"| overview | 3.2 (3–3.4) | 1.6 (1.1–1.7) | 2.1 (2–2.2) | MISS |",
+		"| audit | 0.6 (0.5–0.7) | 0.9 (0.8–1) | 2.8 (2.6–3) | PASS |")
+	var sum bytes.Buffer
+	writeSummary(&sum, r)
+	containsAll(t, "summary", sum.String(), "ratio scale_console_overview_rows=10000000_x-1k 1.6 target<=1.5 MISS",
+		"ratio scale_console_audit_rows=10000000_x-1k 0.9 target<=1.5 PASS")
+}
