@@ -315,7 +315,9 @@ func (env *consumeEnv) runOncekitVerified(b *testing.B, batch int, noClaim, queu
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	for c.Stats().Processed < int64(env.n) {
+	watch := stallWatch{env: env, durable: "oncekit"}
+	for p := c.Stats().Processed; p < int64(env.n); p = c.Stats().Processed {
+		watch.progress(b, p, c.Stats())
 		select {
 		case err := <-done:
 			b.Fatalf("consumer stopped: %v", err)
@@ -324,6 +326,48 @@ func (env *consumeEnv) runOncekitVerified(b *testing.B, batch int, noClaim, queu
 	}
 	cancel()
 	<-done
+}
+
+// stallWatch logs, once, what the durable and the consumer hold when a run
+// has made no progress for stallAfter: the queued modes once stalled for
+// about 30 s (the pull's expiry, and AckWait), and a stall seen again
+// should say whether JetStream held the messages (NumPending), waited for
+// acks (NumAckPending at MaxAckPending) or had no pull request waiting
+// (NumWaiting 0: the client believed one was).
+type stallWatch struct {
+	env      *consumeEnv
+	durable  string
+	last     int64
+	since    time.Time
+	reported bool
+}
+
+const stallAfter = 5 * time.Second
+
+func (w *stallWatch) progress(b *testing.B, processed int64, stats inbox.Stats) {
+	if processed != w.last || w.since.IsZero() {
+		w.last, w.since = processed, time.Now()
+		return
+	}
+	if w.reported || time.Since(w.since) < stallAfter {
+		return
+	}
+	w.reported = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cons, err := w.env.nats.JS.Consumer(ctx, w.env.stream, w.durable)
+	if err != nil {
+		b.Logf("no progress for %v at %d processed; consumer info: %v", stallAfter, processed, err)
+		return
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		b.Logf("no progress for %v at %d processed; consumer info: %v", stallAfter, processed, err)
+		return
+	}
+	b.Logf("no progress for %v at %d processed: stats %+v; durable: pending %d, waiting pulls %d, ack pending %d (max %d), redelivered %d, delivered %d, ack floor %d",
+		stallAfter, processed, stats, ci.NumPending, ci.NumWaiting, ci.NumAckPending, ci.Config.MaxAckPending, ci.NumRedelivered,
+		ci.Delivered.Consumer, ci.AckFloor.Consumer)
 }
 
 func (env *consumeEnv) runWatermill(b *testing.B) {
