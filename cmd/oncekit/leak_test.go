@@ -6,4 +6,6 @@ import (
 	"github.com/oncekit/oncekit/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { leaktest.Main(m) }
+// The DLQ replay tests read from Redis streams through
+// watermill-redisstream's subscriber.
+func TestMain(m *testing.M) { leaktest.Main(m, leaktest.RedisStreamReader) }

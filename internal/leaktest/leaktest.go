@@ -24,3 +24,8 @@ var ignored = []goleak.Option{
 	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 }
+
+// RedisStreamReader ignores watermill-redisstream's reader, which sleeps
+// 500 ms after the read error that its Subscriber's Close causes before it
+// sees it is closing: longer than goleak waits.
+var RedisStreamReader = goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream.(*Subscriber).read")
