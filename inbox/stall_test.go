@@ -51,3 +51,26 @@ func TestNoMessageWaitsForAckWait(t *testing.T) {
 		})
 	}
 }
+
+// A consumer far slower than its source's prefetch: nothing it holds,
+// handed to it or still waiting in the source, is redelivered while it
+// works through it. Each message is delivered and applied once.
+func TestSlowConsumerGetsNothingRedelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const ackWait, n = time.Second, 200
+	src := b.source("slow", ackWait)
+	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		time.Sleep(15 * time.Millisecond) // the handler's work: 200 messages take 3 AckWaits
+		return insertEffect(ctx, tx, msg)
+	})
+	cfg := b.config("slow")
+	cfg.Concurrency, cfg.BatchSize = 1, 1
+	start := time.Now()
+	c := b.start(src, h, cfg)
+	b.publish(b.msgs(n)...)
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed >= n })
+	require.Greater(t, time.Since(start), 2*ackWait, "the consumer was as slow as meant")
+	require.Zero(t, c.Stats().Duplicates, "copies redelivered while the consumer held the messages")
+	require.Equal(t, n, b.count(`SELECT count(*) FROM effects`))
+}

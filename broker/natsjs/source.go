@@ -35,8 +35,11 @@ type SourceConfig struct {
 	// MaxAckPending bounds the messages delivered and not yet acked across
 	// every process of the durable. Defaults to 2048.
 	MaxAckPending int
-	// Prefetch is how many messages the client buffers ahead of the
-	// consumer. Defaults to 512.
+	// Prefetch is how many messages the Source asks JetStream for at once;
+	// it asks again when half of them have come. What JetStream delivers
+	// ahead of the consumer is held, and kept in progress so that it is not
+	// redelivered meanwhile, however slow the consumer: MaxAckPending
+	// bounds it. Defaults to 512.
 	Prefetch int
 	// DeliverPolicy is where a newly created durable starts. It applies only
 	// when NewSource creates the durable; JetStream refuses to change it on an
@@ -66,9 +69,17 @@ type Source struct {
 	start    sync.Once
 	startErr error
 	cc       jetstream.ConsumeContext
-	msgs     chan jetstream.Msg
 	done     chan struct{}
 	close    sync.Once
+	keeper   sync.WaitGroup // keepHeld, until Close
+
+	// held are the messages JetStream delivered and Receive has not yet
+	// handed out, in delivery order; ready signals that there are some.
+	// Once closed, a message delivered is handed back at once.
+	mu     sync.Mutex
+	held   []jetstream.Msg
+	closed bool
+	ready  chan struct{}
 
 	// ended is closed once JetStream ended the subscription for good (the
 	// consumer was deleted); endErr says why.
@@ -137,7 +148,7 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg *SourceConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: consumer %s on %s: %w", c.Durable, c.Stream, err)
 	}
-	return &Source{js: js, cons: cons, cfg: c, msgs: make(chan jetstream.Msg, c.Prefetch), done: make(chan struct{}),
+	return &Source{js: js, cons: cons, cfg: c, done: make(chan struct{}), ready: make(chan struct{}, 1),
 		ended: make(chan struct{})}, nil
 }
 
@@ -156,49 +167,108 @@ func (s *Source) consumeErr(_ jetstream.ConsumeContext, err error) {
 
 func (s *Source) consume() error {
 	s.start.Do(func() {
-		s.cc, s.startErr = s.cons.Consume(func(m jetstream.Msg) {
-			select {
-			case s.msgs <- m:
-			case <-s.done:
-			}
-		}, jetstream.PullMaxMessages(s.cfg.Prefetch), jetstream.ConsumeErrHandler(s.consumeErr))
+		s.cc, s.startErr = s.cons.Consume(s.hold, jetstream.PullMaxMessages(s.cfg.Prefetch),
+			jetstream.ConsumeErrHandler(s.consumeErr))
+		if s.startErr == nil {
+			s.keeper.Go(s.keepHeld)
+		}
 	})
 	return s.startErr
+}
+
+// hold is the subscription's callback: it keeps m for Receive, or hands it
+// back at once once the Source is closed. It never blocks, so that every
+// message the client has is one the Source keeps in progress (keepHeld):
+// a callback that blocked would leave the client's own buffer behind it to
+// JetStream's redelivery.
+func (s *Source) hold(m jetstream.Msg) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = m.Nak()
+		return
+	}
+	s.held = append(s.held, m)
+	s.mu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// keepHeld signals the held messages in progress every third of AckWait
+// until Close, or until the subscription ends (its connection closed). It
+// signals under the lock, so that no message is handed out (and perhaps
+// already settled) between the snapshot and its signal.
+func (s *Source) keepHeld() {
+	ended := s.cc.Closed()
+	t := time.NewTicker(max(s.cfg.AckWait/3, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-ended:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		for _, m := range s.held {
+			_ = m.InProgress() // a lost signal only means a redelivery, which the inbox's claim absorbs
+		}
+		s.mu.Unlock()
+	}
 }
 
 // Receive implements broker.Source. Once JetStream has ended the
 // subscription for good (the durable consumer was deleted), Receive returns
 // that error (jetstream.ErrConsumerDeleted) after the messages already
-// buffered; a new Source recreates the consumer.
+// held; a new Source recreates the consumer.
 func (s *Source) Receive(ctx context.Context, max int) ([]broker.Delivery, error) {
 	if err := s.consume(); err != nil {
 		return nil, fmt.Errorf("natsjs: consume %s: %w", s.cfg.Durable, err)
 	}
-	var first jetstream.Msg
-	select {
-	case first = <-s.msgs:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-s.done:
-		return nil, broker.ErrSourceClosed
-	case <-s.ended:
+	for {
+		if out := s.take(max); out != nil {
+			return out, nil
+		}
 		select {
-		case first = <-s.msgs:
-		default:
+		case <-s.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.done:
+			return nil, broker.ErrSourceClosed
+		case <-s.ended:
+			if out := s.take(max); out != nil {
+				return out, nil
+			}
 			return nil, fmt.Errorf("natsjs: consume %s: %w", s.cfg.Durable, s.endErr)
 		}
 	}
-	out := make([]broker.Delivery, 0, max)
-	out = append(out, delivery{first})
-	for len(out) < max {
+}
+
+// take hands out up to max held messages, the oldest first; nil if none.
+func (s *Source) take(max int) []broker.Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) == 0 || s.closed {
+		return nil
+	}
+	n := min(max, len(s.held))
+	out := make([]broker.Delivery, n)
+	for i, m := range s.held[:n] {
+		out[i] = delivery{m}
+	}
+	rest := copy(s.held, s.held[n:])
+	clear(s.held[rest:])
+	s.held = s.held[:rest]
+	if rest > 0 {
 		select {
-		case m := <-s.msgs:
-			out = append(out, delivery{m})
+		case s.ready <- struct{}{}:
 		default:
-			return out, nil
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Limits implements broker.Source from the consumer's and the stream's
@@ -219,15 +289,28 @@ func (s *Source) Limits(ctx context.Context) (broker.SourceLimits, error) {
 	return broker.SourceLimits{AckWait: ci.Config.AckWait, MaxDeliver: ci.Config.MaxDeliver, Duplicates: si.Config.Duplicates}, nil
 }
 
-// Close stops fetching. Messages buffered and not yet received are
-// redelivered by JetStream after AckWait.
+// Close stops fetching and hands every message the Source holds back to
+// JetStream, which delivers it again at once (to another process of the
+// durable, say): none waits for AckWait. Messages Receive handed out are
+// the caller's to settle.
 func (s *Source) Close() {
 	s.close.Do(func() {
 		close(s.done)
 		s.start.Do(func() { s.startErr = broker.ErrSourceClosed })
+		s.mu.Lock()
+		s.closed = true
+		held := s.held
+		s.held = nil
+		s.mu.Unlock()
 		if s.cc != nil {
-			s.cc.Stop()
+			// What the client still buffers goes through hold, which
+			// hands it back.
+			s.cc.Drain()
 		}
+		for _, m := range held {
+			_ = m.Nak()
+		}
+		s.keeper.Wait()
 		s.scan.mu.Lock()
 		s.scan.stopLocked()
 		s.scan.mu.Unlock()
