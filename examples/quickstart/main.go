@@ -223,7 +223,8 @@ func setUp(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, schema string
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%q}`, id)
 	}))))
-	return mux, []func(context.Context) error{relay.Run, consumer.Run, dispatcher.Run}, nil
+	consume := func(ctx context.Context) error { defer src.Close(); return consumer.Run(ctx) } // Close hands back what src holds
+	return mux, []func(context.Context) error{relay.Run, consume, dispatcher.Run}, nil
 }
 
 // client is the one caller of the quickstart's API, and clientToken its
