@@ -8,6 +8,11 @@
 // copy as long as it re-publishes within that window. EnsureStream creates or
 // updates a stream with an explicit window.
 //
+// The Source reads a durable pull consumer with explicit acks. What JetStream
+// delivers ahead of the consumer is held in the Source and signalled in
+// progress until Receive hands it out, so that a slow consumer is not
+// redelivered what it holds; Close hands it back at once.
+//
 // The Source is an broker.OrderedSource: for ordered consumers it reports the
 // durable's ack floor and reads the stream's headers (an ordered consumer of
 // its own, headers only, no acks) to show the messages other processes of
