@@ -58,10 +58,10 @@ func TestNoMessageWaitsForAckWait(t *testing.T) {
 func TestSlowConsumerGetsNothingRedelivered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const ackWait, n = time.Second, 200
+	const ackWait, n = 2 * time.Second, 200
 	src := b.source("slow", ackWait)
 	h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		time.Sleep(15 * time.Millisecond) // the handler's work: 200 messages take 3 AckWaits
+		time.Sleep(25 * time.Millisecond) // the handler's work: 200 messages take 2.5 AckWaits
 		return insertEffect(ctx, tx, msg)
 	})
 	cfg := b.config("slow")

@@ -43,7 +43,7 @@ func (s *streamSource) info(t *testing.T) *jetstream.ConsumerInfo {
 // delivery, and JetStream redelivered nothing.
 func TestSourceKeepsWhatItHoldsInProgress(t *testing.T) {
 	t.Parallel()
-	const ackWait, n = time.Second, 200
+	const ackWait, n = 2 * time.Second, 200
 	s := newStreamSource(t, natsjs.SourceConfig{AckWait: ackWait})
 	s.publishN(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -58,7 +58,7 @@ func TestSourceKeepsWhatItHoldsInProgress(t *testing.T) {
 		seen[id]++
 		require.Equal(t, 1, seen[id], "message %s received again, %v after the start", id, time.Since(start))
 		require.Equal(t, 1, d.Attempt(), "message %s redelivered", id)
-		time.Sleep(15 * time.Millisecond) // the consumer's work: 200 messages take 3 AckWaits
+		time.Sleep(25 * time.Millisecond) // the consumer's work: 200 messages take 2.5 AckWaits
 		require.NoError(t, d.Ack(ctx))
 	}
 	require.Greater(t, time.Since(start), 2*ackWait, "the consumer was as slow as meant")
