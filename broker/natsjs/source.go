@@ -190,6 +190,11 @@ func (s *Source) hold(m jetstream.Msg) {
 	}
 	s.held = append(s.held, m)
 	s.mu.Unlock()
+	s.signal()
+}
+
+// signal tells a Receive waiting on ready that messages are held.
+func (s *Source) signal() {
 	select {
 	case s.ready <- struct{}{}:
 	default:
@@ -259,14 +264,10 @@ func (s *Source) take(max int) []broker.Delivery {
 	for i, m := range s.held[:n] {
 		out[i] = delivery{m}
 	}
-	rest := copy(s.held, s.held[n:])
-	clear(s.held[rest:])
-	s.held = s.held[:rest]
-	if rest > 0 {
-		select {
-		case s.ready <- struct{}{}:
-		default:
-		}
+	clear(s.held[:n]) // append moves what is left once the array is used up
+	s.held = s.held[n:]
+	if len(s.held) > 0 {
+		s.signal()
 	}
 	return out
 }
@@ -291,7 +292,7 @@ func (s *Source) Limits(ctx context.Context) (broker.SourceLimits, error) {
 
 // Close stops fetching and hands every message the Source holds back to
 // JetStream, which delivers it again at once (to another process of the
-// durable, say): none waits for AckWait. Messages Receive handed out are
+// durable, say) instead of after AckWait. Messages Receive handed out are
 // the caller's to settle.
 func (s *Source) Close() {
 	s.close.Do(func() {
