@@ -25,18 +25,31 @@ func runConsume(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstre
 	return ignoreCancel(consumer.Run(ctx))
 }
 
+// ledgerConsumer is the inbox consumer with the Source it reads.
+type ledgerConsumer struct {
+	*inbox.Consumer
+	src *natsjs.Source
+}
+
+// Run runs the consumer until ctx ends, then closes its Source, which hands
+// what it still holds back to JetStream at once rather than after AckWait.
+func (c *ledgerConsumer) Run(ctx context.Context) error {
+	defer c.src.Close()
+	return c.Consumer.Run(ctx)
+}
+
 // newConsumer reads PaymentCreated events from the durable "ledger". For
 // each, in the claim's transaction, it writes a ledger entry and records the
 // two side effects; it acks the broker only after that commit. Ordered: an
 // account's payments are applied in the order they were created.
-func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*inbox.Consumer, error) {
-	var src broker.OrderedSource
-	src, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{
+func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cfg *config, log *slog.Logger) (*ledgerConsumer, error) {
+	jsSrc, err := natsjs.NewSource(ctx, js, &natsjs.SourceConfig{
 		Stream: stream, Durable: consumerName, FilterSubjects: []string{subject}, AckWait: cfg.AckWait,
 	})
 	if err != nil {
 		return nil, err
 	}
+	var src broker.OrderedSource = jsSrc
 	var early *ackInHandler
 	if cfg.Broken == brokenAckBeforeCommit {
 		early = &ackInHandler{OrderedSource: src, flush: js.Conn().Flush}
@@ -44,11 +57,13 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	}
 	ledger, err := sideeffect.New(&sideeffect.Config{Schema: cfg.Schema})
 	if err != nil {
+		jsSrc.Close()
 		return nil, err
 	}
 	var apart *claimApart
 	if cfg.Broken == brokenClaimApart {
 		if apart, err = newClaimApart(pool, cfg.Schema); err != nil {
+			jsSrc.Close()
 			return nil, err
 		}
 	}
@@ -63,7 +78,7 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 		}
 		return applyPayment(ctx, tx, ledger, cfg, m, ev)
 	})
-	return inbox.NewConsumer(pool, src, h, &inbox.Config{
+	c, err := inbox.NewConsumer(pool, src, h, &inbox.Config{
 		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
 		MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		Test: inbox.TestConfig{
@@ -71,6 +86,11 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 			DisableOrderGate: cfg.Broken == brokenGateBypassed, // order within one process only
 		},
 	})
+	if err != nil {
+		jsSrc.Close()
+		return nil, err
+	}
+	return &ledgerConsumer{Consumer: c, src: jsSrc}, nil
 }
 
 // applyPayment is the handler: every write rides in tx, the claim's
