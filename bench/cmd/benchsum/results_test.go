@@ -176,3 +176,24 @@ BenchmarkCanonicalJSON/wide-object-2 1 1 ns/op 2.8 x-encoding-json
 		t.Errorf("want %q in:\n%s", want, sum.String())
 	}
 }
+
+// The producer-side CPU target compares what each relay adds to bare's
+// PostgreSQL CPU an event: the logical relay's part over the polling
+// relay's, from the medians, at most one half.
+func TestProducerCPUShare(t *testing.T) {
+	const line = "BenchmarkLatencyE2E/quiet-1000-2 1 1 ns/op 1000 bare-events/s 1000 poll-events/s 1000 logical-events/s 140 bare-pg-producer-µs/event 662 poll-pg-producer-µs/event %v logical-pg-producer-µs/event\n"
+	for logical, want := range map[string]string{
+		"304": "0.3142 target<=0.5 PASS", // (304 − 140) / (662 − 140)
+		"450": "0.5939 target<=0.5 MISS", // (450 − 140) / (662 − 140)
+	} {
+		r, err := parse(strings.NewReader(strings.ReplaceAll(line, "%v", logical)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum bytes.Buffer
+		writeSummary(&sum, r)
+		if got := sum.String(); !strings.Contains(got, "ratio e2e-pg-cpu_logical/poll_quiet_1000/s "+want+"\n") {
+			t.Errorf("logical at %s µs an event: want %q in:\n%s", logical, want, got)
+		}
+	}
+}

@@ -14,9 +14,12 @@ type target struct {
 	// ratio measured within each iteration, whose median is steadier than
 	// the ratio of two medians taken minutes apart).
 	num, den string
-	value    func(num, den float64) float64
-	op       string // ">=" or "<="
-	limit    float64
+	// base, when set, is subtracted from num's and den's medians before
+	// value: each contender's own part above a common baseline.
+	base  string
+	value func(num, den float64) float64
+	op    string // ">=" or "<="
+	limit float64
 	// Beside the figure the results page shows rates or times in unit rate
 	// (none when rate is empty): oncekit's, of num's sub-benchmark, and
 	// those of the sub-benchmarks peer (watermill) and raw (the raw limit)
@@ -72,6 +75,10 @@ var targets = []target{
 	e2e("logical", "quiet", 100, "p50", 2), e2e("logical", "quiet", 100, "p99", 2), e2e("logical", "contended", 100, "p99", 3),
 	e2e("logical", "quiet", 1000, "p50", 2), e2e("logical", "quiet", 1000, "p99", 2), e2e("logical", "contended", 1000, "p99", 3),
 	e2e("logical", "quiet", 5000, "p50", 2), e2e("logical", "quiet", 5000, "p99", 2), e2e("logical", "contended", 5000, "p99", 3),
+	// The producer side's PostgreSQL CPU an event that oncekit adds to
+	// bare's, the logical relay's at most half the polling relay's.
+	producerCPU("quiet", 100), producerCPU("quiet", 1000), producerCPU("quiet", 5000),
+	producerCPU("contended", 100), producerCPU("contended", 1000), producerCPU("contended", 5000),
 	{name: "canonical-json worst/encoding-json", what: "edge fingerprint, adversarial 1 MiB bodies, worst input's time vs encoding/json (paired)",
 		num: "BenchmarkCanonicalJSON/* x-encoding-json", op: "<=", limit: 3},
 }
@@ -86,6 +93,21 @@ func e2e(relay, condition string, rate int, p string, limit float64) target {
 		what: fmt.Sprintf("end to end, commit to handler commit, %s relay, %s, %s, %s events/s, vs bare (paired)", relay, p, condition, human(float64(rate))),
 		num:  bench + relay + "-x-bare-" + p, op: "<=", limit: limit,
 		reached: []string{bench + "bare-events/s", bench + relay + "-events/s"}, asked: float64(rate),
+	}
+}
+
+// producerCPU is the target for BenchmarkLatencyE2E's producer-side
+// PostgreSQL CPU an event (the producers' backends, the relay's and the
+// WAL sender's) at rate events/s in condition: what the logical relay adds
+// to bare's over what the polling relay adds, at most one half.
+func producerCPU(condition string, rate int) target {
+	bench := fmt.Sprintf("BenchmarkLatencyE2E/%s-%d ", condition, rate)
+	return target{
+		name: fmt.Sprintf("e2e-pg-cpu logical/poll %s %d/s", condition, rate),
+		what: fmt.Sprintf("producer-side PostgreSQL CPU an event above bare's, logical relay vs polling relay, %s, %s events/s", condition, human(float64(rate))),
+		num:  bench + "logical-pg-producer-µs/event", den: bench + "poll-pg-producer-µs/event", base: bench + "bare-pg-producer-µs/event",
+		value: ratio, op: "<=", limit: 0.5,
+		reached: []string{bench + "bare-events/s", bench + "poll-events/s", bench + "logical-events/s"}, asked: float64(rate),
 	}
 }
 
@@ -124,9 +146,18 @@ func (t target) figure(r *run) (float64, bool) {
 	if t.den == "" {
 		return v, true
 	}
-	d := r.median(t.den)
-	if d == 0 {
+	if len(r.samples[t.den]) == 0 {
 		return 0, false
+	}
+	d := r.median(t.den)
+	if t.base != "" {
+		if len(r.samples[t.base]) == 0 {
+			return 0, false
+		}
+		v, d = v-r.median(t.base), d-r.median(t.base)
+	}
+	if d == 0 || t.base != "" && d < 0 {
+		return 0, false // no part of the peer's to compare with
 	}
 	return t.value(v, d), true
 }
