@@ -46,9 +46,14 @@ const readerTick = 100 * time.Millisecond
 // run reads until ctx ends or the stream fails.
 func (rd *reader) run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		rctx, cancel := context.WithTimeout(ctx, min(readerTick, max(rd.r.cfg.StatusInterval-time.Since(rd.statusAt), time.Millisecond)))
-		raw, err := rd.conn.ReceiveMessage(rctx)
-		cancel()
+		// A read deadline rather than a context of its own for each
+		// message: the context and the watch pgconn sets on it cost as much
+		// as decoding the message. ctx's end is seen within readerTick.
+		wait := min(readerTick, max(rd.r.cfg.StatusInterval-time.Since(rd.statusAt), time.Millisecond))
+		if err := rd.conn.Conn().SetReadDeadline(time.Now().Add(wait)); err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		raw, err := rd.conn.ReceiveMessage(context.Background())
 		switch {
 		case err != nil && pgconn.Timeout(err) && ctx.Err() == nil:
 		case err != nil:
