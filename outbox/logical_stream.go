@@ -47,8 +47,8 @@ const readerTick = 100 * time.Millisecond
 func (rd *reader) run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		// A read deadline rather than a context of its own for each
-		// message: the context and the watch pgconn sets on it cost as much
-		// as decoding the message. ctx's end is seen within readerTick.
+		// message: the context and the watch pgconn sets on it cost more
+		// than decoding the message. ctx's end is seen within readerTick.
 		wait := min(readerTick, max(rd.r.cfg.StatusInterval-time.Since(rd.statusAt), time.Millisecond))
 		if err := rd.conn.Conn().SetReadDeadline(time.Now().Add(wait)); err != nil {
 			return fmt.Errorf("receive: %w", err)

@@ -154,7 +154,8 @@ func (t target) figure(r *run) (float64, bool) {
 		if len(r.samples[t.base]) == 0 {
 			return 0, false
 		}
-		v, d = v-r.median(t.base), d-r.median(t.base)
+		base := r.median(t.base)
+		v, d = v-base, d-base
 	}
 	if d == 0 || t.base != "" && d < 0 {
 		return 0, false // no part of the peer's to compare with
