@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/tracecontext"
 )
 
@@ -179,7 +180,7 @@ func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
 			uuids = append(uuids, u)
 		}
 	}
-	rows, err := tx.Query(ctx, con.sql.chainOutbox, uuids)
+	rows, err := tx.Query(ctx, con.sql.chainOutbox, pgsql.UUIDs(uuids))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // ErrRecordNotFound is returned by Edge.Resolve for a key without a record.
@@ -139,7 +140,7 @@ func (e *Edge) Resolve(ctx context.Context, q oncekit.Querier, ref Ref, res Reso
 	}
 	var n int
 	var now *string
-	err = q.QueryRow(ctx, e.sql.resolve, ref.Tenant, ref.Operation, stored, string(res.State), status, headers, body,
+	err = q.QueryRow(ctx, e.sql.resolve, ref.Tenant, ref.Operation, stored, string(res.State), status, pgsql.JSON(headers), body,
 		sealed, res.Version, micros(ttl), micros(7*ttl), d.By, d.Note).Scan(&n, &now)
 	switch {
 	case err != nil:

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -226,7 +227,7 @@ func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int
 	}
 	b := &pgx.Batch{}
 	var stored, committed bool
-	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.stored(), token, rw.code(), headers, body, sealed,
+	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.stored(), token, rw.code(), pgsql.JSON(headers), body, sealed,
 		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL), rt.cfg.ResponseVersion, rt.businessLocation(rw)).Exec(func(pgconn.CommandTag) error {
 		stored = true
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -175,7 +176,7 @@ func (rt *route) store(ctx context.Context, w http.ResponseWriter, id recordID, 
 	if err == nil {
 		var n int64
 		err = rt.e.db.QueryRow(ctx, rt.e.sql.complete, id.tenant, id.operation, id.stored(), token,
-			rw.code(), headers, body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL),
+			rw.code(), pgsql.JSON(headers), body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL),
 			rt.cfg.ResponseVersion, rt.businessLocation(rw)).Scan(&n)
 		if err == nil && n == 0 {
 			rt.e.m.fenced.WithLabelValues(id.operation).Inc()

@@ -135,7 +135,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, q oncekit.Querier, dl Dead
 		dl.Payload = []byte{}
 	}
 	tag, err := q.Exec(ctx, s.insertDead, dl.Consumer, r.messageID, r.subject, dl.Payload,
-		r.headers, r.reason, dl.Attempts, r.rawID, r.rawSubject, r.rawHeaders)
+		pgsql.JSON(r.headers), r.reason, dl.Attempts, r.rawID, r.rawSubject, r.rawHeaders)
 	if err != nil {
 		return false, fmt.Errorf("inbox: insert dead letter: %w", err)
 	}

@@ -36,7 +36,13 @@ func setup(t *testing.T) *bundle {
 
 func setupStream(t *testing.T, sc natsjs.StreamConfig) *bundle {
 	t.Helper()
-	b := &bundle{t: t, db: testenv.NewDB(t), nats: testenv.NewNATS(t)}
+	return setupOn(t, sc, testenv.NewDB(t))
+}
+
+// setupOn is setupStream on db.
+func setupOn(t *testing.T, sc natsjs.StreamConfig, db *testenv.DB) *bundle {
+	t.Helper()
+	b := &bundle{t: t, db: db, nats: testenv.NewNATS(t)}
 	b.stream = testenv.Name(t)
 	b.subject = b.stream + ".events"
 	sc.Name, sc.Subjects = b.stream, []string{b.stream + ".>"}

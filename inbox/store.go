@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/pgsql"
@@ -100,7 +101,7 @@ func renderStore(schema string) *Store {
 // message is a duplicate. A concurrent uncommitted claim of the same message
 // makes Claim wait for that transaction's outcome.
 func (s *Store) Claim(ctx context.Context, tx oncekit.Querier, consumer string, id uuid.UUID) (bool, error) {
-	tag, err := tx.Exec(ctx, s.claim, consumer, [16]byte(id)) // [16]byte: pgx's direct uuid encoding
+	tag, err := tx.Exec(ctx, s.claim, consumer, pgsql.UUID(id))
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim: %w", err)
 	}
@@ -126,7 +127,7 @@ func (s *Store) queueClaims(b *pgx.Batch, consumer string, ids []uuid.UUID, expe
 		one = s.claimNew
 	}
 	if len(ids) == 1 {
-		b.Queue(one, consumer, [16]byte(ids[0]))
+		b.Queue(one, consumer, pgsql.UUID(ids[0]))
 		return func(br pgx.BatchResults) (map[uuid.UUID]bool, error) {
 			tag, err := br.Exec()
 			if err != nil {
@@ -149,7 +150,7 @@ func (s *Store) queueClaims(b *pgx.Batch, consumer string, ids []uuid.UUID, expe
 			}
 			claimed := make(map[uuid.UUID]bool, len(sorted))
 			for _, id := range sorted {
-				claimed[id] = true
+				claimed[id.Bytes] = true
 			}
 			return claimed, nil
 		}
@@ -161,11 +162,11 @@ func (s *Store) queueClaims(b *pgx.Batch, consumer string, ids []uuid.UUID, expe
 	}
 }
 
-// sortedArgs returns ids sorted and without repeats.
-func sortedArgs(ids []uuid.UUID) [][16]byte {
-	sorted := uuidArgs(ids)
-	slices.SortFunc(sorted, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
-	return slices.Compact(sorted)
+// sortedArgs returns ids sorted and without repeats, as a uuid[] argument.
+func sortedArgs(ids []uuid.UUID) []pgtype.UUID {
+	sorted := slices.Clone(ids)
+	slices.SortFunc(sorted, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	return pgsql.UUIDs(slices.Compact(sorted))
 }
 
 func scanClaims(rows pgx.Rows, err error, n int) (map[uuid.UUID]bool, error) {
@@ -327,12 +328,8 @@ func (s *Store) PruneClaims(ctx context.Context, q oncekit.Querier, consumer str
 	return n, nil
 }
 
-// uuidArgs converts ids to [16]byte, which pgx encodes as uuid directly
-// (uuid.UUID goes through driver.Valuer and a text round trip).
-func uuidArgs(ids []uuid.UUID) [][16]byte {
-	out := make([][16]byte, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
-}
+// uuidArgs converts ids to a uuid[] argument that pgx encodes in binary
+// directly and in every query execution mode (uuid.UUID goes through
+// driver.Valuer and a text round trip; [][16]byte has no array type under
+// default_query_exec_mode=exec).
+func uuidArgs(ids []uuid.UUID) []pgtype.UUID { return pgsql.UUIDs(ids) }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // State selects rows for List.
@@ -106,7 +107,7 @@ func (o *Outbox) UnparkAll(ctx context.Context, q oncekit.Querier) (int64, error
 }
 
 func (o *Outbox) unpark(ctx context.Context, q oncekit.Querier, all bool, ids []uuid.UUID) (int64, error) {
-	tag, err := q.Exec(ctx, o.sql.unpark, all, ids)
+	tag, err := q.Exec(ctx, o.sql.unpark, all, pgsql.UUIDs(ids))
 	if err != nil {
 		return 0, fmt.Errorf("outbox: unpark: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/broker"
@@ -241,13 +242,13 @@ func (s *session) toTable(ctx context.Context, idx []int, errs map[int]string) e
 	if err != nil {
 		return err
 	}
-	ids := make([][16]byte, len(idx))
+	ids := make([]pgtype.UUID, len(idx))
 	parts, attempts := make([]int32, len(idx)), make([]int32, len(idx))
 	keys, subjects, headers, lastErrs := make([]string, len(idx)), make([]string, len(idx)), make([]*string, len(idx)), make([]*string, len(idx))
 	payloads := make([][]byte, len(idx))
 	for k, i := range idx {
 		e := &s.pending[i]
-		ids[k], parts[k], keys[k], subjects[k] = e.msg.ID, int32(partitionOf(e.msg, n)), e.msg.Key, e.msg.Subject
+		ids[k], parts[k], keys[k], subjects[k] = pgsql.UUID(e.msg.ID), int32(partitionOf(e.msg, n)), e.msg.Key, e.msg.Subject
 		payloads[k], attempts[k] = e.msg.Payload, int32(e.attempts)
 		if payloads[k] == nil {
 			payloads[k] = []byte{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
@@ -162,7 +163,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 		return o.enqueueWAL(ctx, tx, msgs)
 	}
 	ids := make([]uuid.UUID, len(msgs))
-	rawIDs := make([][16]byte, len(msgs)) // binary encoding, no text round trip
+	rawIDs := make([]pgtype.UUID, len(msgs)) // binary encoding in every query execution mode
 	parts := make([]int32, len(msgs))
 	keys := make([]string, len(msgs))
 	subjects := make([]string, len(msgs))
@@ -180,7 +181,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 		if len(tc) > 0 {
 			m.Headers = withTrace(m.Headers, tc)
 		}
-		ids[i], rawIDs[i], keys[i], subjects[i] = m.ID, m.ID, m.Key, m.Subject
+		ids[i], rawIDs[i], keys[i], subjects[i] = m.ID, pgsql.UUID(m.ID), m.Key, m.Subject
 		parts[i] = int32(partitionOf(m, n))
 		payloads[i] = m.Payload
 		if payloads[i] == nil {

@@ -38,9 +38,11 @@ type RelayConfig struct {
 	// arriving; the wait doubles on each empty look up to PollInterval.
 	// Defaults to 1ms.
 	BusyPollInterval time.Duration
-	// PollOnly disables LISTEN (for PgBouncer in transaction pooling mode).
-	// Defaults to false: the relay listens for writers' and the CLI's
-	// notifications.
+	// PollOnly disables LISTEN. Defaults to false: the relay listens for
+	// writers' and the CLI's notifications when its pool connects to
+	// PostgreSQL directly, and polls (saying so once at start) when a
+	// connection pooler sits between them (PgBouncer in transaction mode,
+	// Supavisor), where a LISTEN is lost with its transaction.
 	PollOnly bool
 	// PublishTimeout bounds one publish round to the broker. Defaults to 30s.
 	PublishTimeout time.Duration
@@ -197,10 +199,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
-	r.log.Info("relay started", "partitions", r.ob.partitions.Load(), "batch", r.cfg.BatchSize, "poll_only", r.cfg.PollOnly)
+	listen, err := r.listens(ctx)
+	if err != nil {
+		return err
+	}
+	r.log.Info("relay started", "partitions", r.ob.partitions.Load(), "batch", r.cfg.BatchSize, "poll_only", !listen)
 	var wg sync.WaitGroup
 	loops := []func(context.Context){r.probeLoop, r.pruneLoop, r.statsLoop}
-	if !r.cfg.PollOnly {
+	if listen {
 		loops = append(loops, r.listenLoop)
 	}
 	for _, loop := range loops {

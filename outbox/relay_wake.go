@@ -2,8 +2,10 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -98,6 +100,29 @@ func (r *Relay) probe(ctx context.Context, prev string) (found, waiting bool, xm
 	}
 	r.mu.Unlock()
 	return true, waiting, xmin, nil
+}
+
+// listens reports whether the relay LISTENs: unless PollOnly, when its
+// pool's connections have backends of their own (pgsql.Direct). Through a
+// pooler it polls, and says so once.
+func (r *Relay) listens(ctx context.Context) (bool, error) {
+	if r.cfg.PollOnly {
+		return false, nil
+	}
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("outbox: relay: %w", err)
+	}
+	defer conn.Release()
+	direct, err := pgsql.Direct(ctx, conn.Conn())
+	if err != nil {
+		return false, fmt.Errorf("outbox: relay: %w", err)
+	}
+	if !direct {
+		r.log.Info("not listening for notifications: the pool goes through a connection pooler, where LISTEN does not hold; polling instead",
+			"poll_interval", r.cfg.PollInterval)
+	}
+	return direct, nil
 }
 
 // listenLoop holds a connection LISTENing on the outbox channel, reconnecting

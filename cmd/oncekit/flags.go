@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -167,6 +168,9 @@ func (d *dbFlags) openWith(ctx context.Context, needTables bool) (*pgxpool.Pool,
 	if d.url() == "" {
 		return nil, usagef("--database-url (or DATABASE_URL) is required")
 	}
+	if err := checkURL(d.url()); err != nil {
+		return nil, usagef("--database-url: %v", err)
+	}
 	cfg, err := pgxpool.ParseConfig(d.url())
 	if err != nil {
 		return nil, usagef("--database-url: %v", err)
@@ -176,9 +180,13 @@ func (d *dbFlags) openWith(ctx context.Context, needTables bool) (*pgxpool.Pool,
 	}
 	// oncekit's statements are short and indexed; JIT compilation only adds
 	// hundreds of milliseconds of CPU where a large table's estimates pass
-	// jit_above_cost. A jit setting in the URL wins.
+	// jit_above_cost. A jit setting in the URL wins. It is not a start-up
+	// parameter, which a pooler refuses (PgBouncer: "unsupported startup
+	// parameter"), nor a session's setting through a pooler, where the next
+	// transaction runs on another server connection: the connection turns
+	// it off only when it has a backend of its own.
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
-		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+		cfg.AfterConnect = jitOffWhenDirect
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -197,6 +205,39 @@ func (d *dbFlags) openWith(ctx context.Context, needTables bool) (*pgxpool.Pool,
 		}
 	}
 	return pool, nil
+}
+
+// jitOffWhenDirect turns JIT off for the session of a connection that talks
+// to a backend of its own, in one round trip: the statement does nothing
+// through a pooler, whose connection ID is not the backend's. Through a
+// pooler, set it for the role instead (ALTER ROLE … SET jit = off).
+func jitOffWhenDirect(ctx context.Context, c *pgx.Conn) error {
+	_, err := c.Exec(ctx, fmt.Sprintf("SELECT set_config('jit', 'off', false) WHERE pg_backend_pid() = %d", c.PgConn().PID()))
+	return err
+}
+
+// checkURL refuses a URL whose user information pgx and a reader would
+// split differently: an unencoded '@' in the password makes pgx take the
+// rest of the password for the host, and print it in every error. The
+// error names the cause and none of the URL.
+func checkURL(u string) error {
+	rest, ok := strings.CutPrefix(u, "postgres://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(u, "postgresql://"); !ok {
+			return nil // keyword/value: pgx's own parser, quoting rules
+		}
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndexByte(rest, '@')
+	switch {
+	case strings.Count(rest, "@") > 1:
+		return errors.New("the user information holds an unencoded '@': percent-encode it as %40 in the user name and password")
+	case at >= 0 && strings.Contains(rest[:at], "/"):
+		return errors.New("the user information holds an unencoded '/': percent-encode it as %2F in the user name and password")
+	}
+	return nil
 }
 
 // connectError names what a failed first connection means.

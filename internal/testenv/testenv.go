@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,12 +24,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/internal/redact"
 	"github.com/oncekit/oncekit/migrations"
 )
 
@@ -61,8 +65,9 @@ func Name(t testing.TB) string {
 type DB struct {
 	Pool   *pgxpool.Pool // search_path set to Schema
 	Schema string        // the test's own schema, dropped at its end
-	URL    string        // DatabaseURL with search_path set to Schema
+	URL    string        // DatabaseURL with search_path set to Schema (through a pooler: logged in as a role whose default it is)
 
+	drop      func()
 	closeOnce sync.Once
 }
 
@@ -73,6 +78,9 @@ func (d *DB) Close() {
 	d.closeOnce.Do(func() {
 		_, _ = d.Pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA IF EXISTS %q CASCADE`, d.Schema))
 		d.Pool.Close()
+		if d.drop != nil {
+			d.drop()
+		}
 	})
 }
 
@@ -102,9 +110,18 @@ func newDB(t testing.TB, url string, version int) *DB {
 	t.Helper()
 	ctx := context.Background()
 	schema := Name(t)
+	var drop func()
+	if Pooled(t, url) {
+		// No start-up parameter and no session state pass a transaction
+		// pooler: the test logs in as a role of its own whose default
+		// search_path is its schema.
+		url, drop = pooledRole(t, url, schema)
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if drop == nil {
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	}
 	if cfg.MaxConns < 8 {
 		cfg.MaxConns = 8
 	}
@@ -112,7 +129,10 @@ func newDB(t testing.TB, url string, version int) *DB {
 	require.NoError(t, err)
 	_, err = migrations.Up(ctx, pool, migrations.WithSchema(schema), migrations.WithTarget(version))
 	require.NoError(t, err, "migrations on %s (is PostgreSQL up?)", url)
-	db := &DB{Pool: pool, Schema: schema, URL: withSearchPath(url, schema)}
+	db := &DB{Pool: pool, Schema: schema, URL: url, drop: drop}
+	if drop == nil {
+		db.URL = withSearchPath(url, schema)
+	}
 	t.Cleanup(db.Close)
 	return db
 }
@@ -123,6 +143,74 @@ func withSearchPath(url, schema string) string {
 		sep = "&"
 	}
 	return url + sep + "search_path=" + schema
+}
+
+var (
+	pooledMu    sync.Mutex
+	pooledCache = map[string]bool{}
+)
+
+// Pooled reports whether url reaches PostgreSQL through a connection
+// pooler (PgBouncer in transaction mode, for the pooled test leg), found
+// once per URL by pgsql.Direct.
+func Pooled(t testing.TB, url string) bool {
+	t.Helper()
+	pooledMu.Lock()
+	defer pooledMu.Unlock()
+	if p, ok := pooledCache[url]; ok {
+		return p
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err, "connect to %s (is PostgreSQL up?)", redact.String(url))
+	defer func() { _ = conn.Close(ctx) }()
+	direct, err := pgsql.Direct(ctx, conn)
+	require.NoError(t, err)
+	pooledCache[url] = !direct
+	return !direct
+}
+
+// RequireDirect skips the test when DATABASE_URL goes through a connection
+// pooler, saying why the test needs a session of its own (the pooled leg
+// lists the tests it left out and why).
+func RequireDirect(t testing.TB, why string) {
+	t.Helper()
+	if Pooled(t, DatabaseURL()) {
+		t.Skipf("needs a direct connection to PostgreSQL: %s", why)
+	}
+}
+
+// pooledRole creates a login role named schema whose default search_path
+// is schema, and returns url logged in as it, and what drops the role and
+// everything it owns.
+func pooledRole(t testing.TB, url, schema string) (string, func()) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer func() { _ = admin.Close(ctx) }()
+	role := pgx.Identifier{schema}.Sanitize()
+	_, err = admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN SUPERUSER")
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "ALTER ROLE "+role+" SET search_path = "+role)
+	require.NoError(t, err)
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	u, err := neturl.Parse(url)
+	require.NoError(t, err, "DATABASE_URL must be a URL in the pooled leg")
+	u.User = neturl.User(schema)
+	drop := func() {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close(ctx) }()
+		// The pooler keeps the role's server connections: end them first.
+		_, _ = c.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", schema)
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+role+" CASCADE")
+		_, _ = c.Exec(ctx, "DROP ROLE "+role)
+	}
+	return u.String(), drop
 }
 
 // NATS is a connection to a real JetStream-enabled server.
