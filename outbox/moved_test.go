@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -303,4 +304,103 @@ func TestRestoredClusterPublishesEveryEventOnce(t *testing.T) {
 	require.Zero(t, missing, "events missing from the stream")
 	require.NotZero(t, counting.dups.Load(), "the events the old relay published after the dump come again")
 	requireExactlyOnceInOrder(t, got, want)
+}
+
+// When the rows to order after the cursor need more transaction IDs than a
+// fresh cluster has produced, Rebase consumes the difference first and
+// keeps their order.
+func TestRebaseMakesRoomBelowTheXmin(t *testing.T) {
+	ctx := context.Background()
+	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\n"})
+	db := testenv.NewDBOn(t, pg.URL("postgres"))
+	ob := newOutbox(t, db, outbox.Config{})
+	// 3,000 unpublished rows of partition 0 from an old cluster, each of
+	// its own transaction, in reverse seq order; the cursor before them.
+	const n = 3000
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, txid, partition, ordering_key, subject, payload)
+		SELECT gen_random_uuid(), (21474836480 + $1 - i)::text::xid8, 0, 'k', 'a.b', int4send(i)
+		FROM generate_series(1, $1) i`, n)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE relay_partitions SET cursor_txid = '21474836480', cursor_seq = 0`)
+	require.NoError(t, err)
+	var xmin int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8`).Scan(&xmin))
+	require.Less(t, xmin, int64(n), "the fresh cluster has fewer transaction IDs than the rows need")
+
+	res, err := ob.Rebase(ctx, db.Pool)
+	require.NoError(t, err)
+	t.Logf("xmin %d before; rebase: %+v", xmin, res)
+	require.True(t, res.Moved)
+	require.Positive(t, res.BurnedXIDs)
+	require.EqualValues(t, n, res.Pending)
+
+	var ahead bool
+	var order []int32
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())),
+		array(SELECT (get_byte(payload, 0) << 24) | (get_byte(payload, 1) << 16) | (get_byte(payload, 2) << 8) | get_byte(payload, 3)
+			FROM outbox ORDER BY txid, seq)`).Scan(&ahead, &order))
+	require.False(t, ahead, "every row below the xmin")
+	require.Len(t, order, n)
+	for i, v := range order {
+		require.EqualValues(t, n-i, v, "the rows keep their (txid, seq) order")
+	}
+	entries, err := ob.List(ctx, db.Pool, outbox.ListOptions{State: outbox.StatePending, Limit: n + 1})
+	require.NoError(t, err)
+	require.Len(t, entries, n, "every row still pending")
+}
+
+// The logical relay's table relay makes the same check: on a moved
+// database LogicalRelay.Run returns ErrClusterMoved instead of streaming
+// on while the outbox table's parked messages could never be published.
+func TestLogicalRelayStopsOnAMovedDatabase(t *testing.T) {
+	b := logicalSetup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `UPDATE relay_partitions
+		SET cursor_txid = (pg_snapshot_xmax(pg_current_snapshot())::text::numeric + 5 * 4294967296)::text::xid8`)
+	require.NoError(t, err)
+	pub, _ := publisher(t, b.nats.URL)
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
+		Table: outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the logical relay did not stop")
+	}
+	require.ErrorIs(t, err, outbox.ErrClusterMoved)
+	t.Logf("LogicalRelay.Run: %v", err)
+}
+
+// A database swapped under a running relay, its leases travelling with it:
+// the relay's next lease renewal finds the cursors ahead of the server, and
+// Run stops and returns ErrClusterMoved.
+func TestRelayStopsWhenItsDatabaseIsSwappedUnderIt(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pub, _ := publisher(t, b.nats.URL)
+	reg := prometheus.NewRegistry()
+	r, err := outbox.NewRelay(b.db.Pool, b.ob, pub, &outbox.RelayConfig{Lease: time.Second, PollInterval: 100 * time.Millisecond,
+		Logger: testLogger(), Registerer: reg})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return metricValue(t, reg, "oncekit_outbox_partitions_owned") == 16 },
+		20*time.Second, 20*time.Millisecond)
+
+	_, err = b.db.Pool.Exec(ctx, `UPDATE relay_partitions
+		SET cursor_txid = (pg_snapshot_xmax(pg_current_snapshot())::text::numeric + 5 * 4294967296)::text::xid8`)
+	require.NoError(t, err)
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the relay did not stop")
+	}
+	var moved *outbox.ClusterMovedError
+	require.ErrorAs(t, err, &moved)
+	require.NotEmpty(t, moved.Cursor)
+	var owned int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM relay_partitions WHERE owner IS NOT NULL`).Scan(&owned))
+	require.Zero(t, owned, "the relay released its leases")
 }
