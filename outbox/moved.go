@@ -118,15 +118,3 @@ func (r *Relay) stopMoved(err error) {
 		(*stop)(err)
 	}
 }
-
-// movedError is the *ClusterMovedError for parts, whose renewal found a
-// cursor ahead of the server, or a plain one should the check no longer
-// find it.
-func (r *Relay) movedError(ctx context.Context, parts []int32) error {
-	err := r.checkMoved(ctx, parts)
-	if err == nil || !errors.Is(err, ErrClusterMoved) {
-		err = fmt.Errorf("%w: a partition's cursor is ahead of this server (the database was restored or moved); "+
-			"run `oncekit outbox rebase`", ErrClusterMoved)
-	}
-	return err
-}

@@ -70,8 +70,15 @@ func (r *Relay) balance(ctx context.Context) {
 			return
 		}
 		if moved {
-			r.stopMoved(r.movedError(ctx, held))
-			return
+			// Confirmed by a statement of its own: the renewal's snapshot
+			// may predate a cursor move it waited for.
+			switch err := r.checkMoved(ctx, held); {
+			case errors.Is(err, ErrClusterMoved):
+				r.stopMoved(err)
+				return
+			case err != nil:
+				r.log.Warn("checking the cursors failed", "err", err)
+			}
 		}
 		r.mu.Lock()
 		for p, w := range r.workers {
