@@ -2,3 +2,7 @@ package outbox
 
 // PartitionOf is partitionOf, for the external tests.
 var PartitionOf = partitionOf
+
+// SkipMovedCheck turns the relay's check against a moved cluster off (true)
+// or on, to show what the relay did without it.
+func SkipMovedCheck(skip bool) { skipMovedCheck.Store(skip) }

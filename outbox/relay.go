@@ -3,6 +3,7 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -92,6 +93,8 @@ type Relay struct {
 	epoch   time.Time
 	probeCh chan struct{}
 	running atomic.Bool
+	// fatal ends Run with its cause (a *ClusterMovedError) while it runs.
+	fatal atomic.Pointer[context.CancelCauseFunc]
 
 	ob *Outbox // its schema, and the partition count it read once
 
@@ -187,10 +190,14 @@ func (c *RelayConfig) validate() error {
 }
 
 // Run publishes until ctx ends, then finishes the batches in flight, releases
-// its leases and returns nil. It returns an error only when it cannot start
-// (PostgreSQL unreachable, a partition mismatch); once running it retries
-// failures of PostgreSQL and of the broker with backoff. Called while
-// another Run of r has not returned, it returns oncekit.ErrAlreadyRunning.
+// its leases and returns nil. It returns an error when it cannot start
+// (PostgreSQL unreachable, a partition mismatch), and a *ClusterMovedError
+// (ErrClusterMoved) when the outbox is ahead of its server: at start, or
+// later when it acquires a partition or renews its leases (the database was
+// swapped under it), in which case it stops as on ctx's end first.
+// Otherwise it retries failures of PostgreSQL and of the broker with
+// backoff. Called while another Run of r has not returned, it returns
+// oncekit.ErrAlreadyRunning.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return oncekit.ErrAlreadyRunning
@@ -203,6 +210,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	r.fatal.Store(&stop)
+	defer r.fatal.Store(nil)
 	r.log.Info("relay started", "partitions", r.ob.partitions.Load(), "batch", r.cfg.BatchSize, "poll_only", !listen)
 	var wg sync.WaitGroup
 	loops := []func(context.Context){r.probeLoop, r.pruneLoop, r.statsLoop}
@@ -216,14 +227,22 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.leaseLoop(ctx) // returns when ctx ends
 	wg.Wait()
 	r.shutdown(context.WithoutCancel(ctx))
+	if err := context.Cause(ctx); errors.Is(err, ErrClusterMoved) {
+		r.log.Error("relay stopped", "err", err)
+		return err
+	}
 	r.log.Info("relay stopped")
 	return nil
 }
 
-// setup reads the partition count, which the migrations stated once.
+// setup reads the partition count, which the migrations stated once, and
+// checks that no partition is ahead of the server.
 func (r *Relay) setup(ctx context.Context) error {
-	_, err := r.partitionCount(ctx)
-	return err
+	n, err := r.partitionCount(ctx)
+	if err != nil {
+		return err
+	}
+	return r.checkMoved(ctx, allPartitions(n))
 }
 
 // partitionCount is the outbox's partition count, read once.

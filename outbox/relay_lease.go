@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -45,14 +46,17 @@ func (r *Relay) balance(ctx context.Context) {
 	if len(held) > 0 {
 		rows, err := r.pool.Query(ctx, r.sql.renew, r.cfg.ID, ttl, held)
 		renewed := map[int]int64{}
+		moved := false
 		if err == nil {
 			for rows.Next() {
 				var p int
 				var tok int64
-				if err = rows.Scan(&p, &tok); err != nil {
+				var ahead bool
+				if err = rows.Scan(&p, &tok, &ahead); err != nil {
 					break
 				}
 				renewed[p] = tok
+				moved = moved || ahead
 			}
 			rows.Close()
 			if err == nil {
@@ -64,6 +68,17 @@ func (r *Relay) balance(ctx context.Context) {
 				r.log.Warn("renewing leases failed", "err", err)
 			}
 			return
+		}
+		if moved {
+			// Confirmed by a statement of its own: the renewal's snapshot
+			// may predate a cursor move it waited for.
+			switch err := r.checkMoved(ctx, held); {
+			case errors.Is(err, ErrClusterMoved):
+				r.stopMoved(err)
+				return
+			case err != nil:
+				r.log.Warn("checking the cursors failed", "err", err)
+			}
 		}
 		r.mu.Lock()
 		for p, w := range r.workers {
@@ -152,6 +167,23 @@ func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
 	if err := rows.Err(); err != nil {
 		r.log.Warn("acquiring partitions failed", "err", err)
 		return
+	}
+	if len(got) > 0 {
+		parts := make([]int32, len(got))
+		for i, l := range got {
+			parts[i] = int32(l.p)
+		}
+		if err := r.checkMoved(ctx, parts); err != nil {
+			if _, rerr := r.pool.Exec(ctx, r.sql.release, r.cfg.ID, parts); rerr != nil {
+				r.log.Warn("releasing leases failed; they expire on their own", "err", rerr)
+			}
+			if errors.Is(err, ErrClusterMoved) {
+				r.stopMoved(err)
+			} else {
+				r.log.Warn("acquiring partitions failed", "err", err)
+			}
+			return
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -168,9 +168,13 @@ func renderRelaySQL(schema string) relaySQL {
 				WHERE (owner IS NULL OR expires_at < now()) AND partition < $4
 				ORDER BY partition LIMIT $3 FOR UPDATE SKIP LOCKED)
 			RETURNING p.partition, p.token`,
+		// Renew the leases held; each says whether its cursor is ahead of
+		// the server (the database was swapped under the relay), at no
+		// extra round trip. The relay confirms it with movedSQL, whose
+		// snapshot cannot predate the cursor it reads, before it stops.
 		renew: `UPDATE {schema}.relay_partitions SET expires_at = now() + make_interval(secs => $2)
 			WHERE owner = $1 AND partition = ANY($3::int[])
-			RETURNING partition, token`,
+			RETURNING partition, token, cursor_txid >= pg_snapshot_xmax(pg_current_snapshot())`,
 		release: `UPDATE {schema}.relay_partitions SET owner = NULL, expires_at = '-infinity'
 			WHERE owner = $1 AND partition = ANY($2::int[])`,
 		removeNode: `DELETE FROM {schema}.relay_nodes WHERE id = $1`,

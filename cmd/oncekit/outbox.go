@@ -11,8 +11,9 @@ import (
 	"github.com/oncekit/oncekit/outbox"
 )
 
-// outboxSubcommands are list and parked, which list the outbox's rows, and
-// unpark, which gives parked messages back to the relay.
+// outboxSubcommands are list and parked, which list the outbox's rows,
+// unpark, which gives parked messages back to the relay, and rebase, which
+// moves the cursors after a restore into another cluster (outbox_rebase.go).
 func outboxSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 	state := fs.String("state", "", "list: only rows in this state: pending, parked or published")
 	limit := fs.Int("limit", 100, "most rows to list")
@@ -81,6 +82,7 @@ func outboxSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 				fmt.Fprintf(e.stdout, "unparked %d message(s)\n", n)
 				return nil
 			}},
+			outboxRebase(e, &ob),
 		},
 	}
 }

@@ -236,6 +236,23 @@ func (p *Cluster) StopImmediate() error {
 	return p.run(context.Background(), "pg_ctl", "-D", p.data, "-m", "immediate", "-w", "stop")
 }
 
+// SetXIDEpoch stops the server cleanly, sets the epoch of its transaction
+// IDs with pg_resetwal -e (the xid8 values it hands out then start at
+// epoch << 32: a cluster that has run for years) and starts it again.
+func (p *Cluster) SetXIDEpoch(ctx context.Context, epoch uint32) error {
+	if err := p.run(ctx, "pg_ctl", "-D", p.data, "-m", "fast", "-w", "stop"); err != nil {
+		return err
+	}
+	if err := p.run(ctx, "pg_resetwal", "-e", strconv.FormatUint(uint64(epoch), 10), p.data); err != nil {
+		return err
+	}
+	return p.Start(ctx)
+}
+
+// Tool returns the path of one of the server's client programs, such as
+// pg_dump or pg_restore, of the cluster's version.
+func (p *Cluster) Tool(name string) string { return filepath.Join(p.bin, name) }
+
 // Start starts the server (after StopImmediate: through crash recovery) and
 // waits until it accepts connections.
 func (p *Cluster) Start(ctx context.Context) error {
