@@ -140,7 +140,7 @@ func (e *SlotLostError) Error() string {
 	return fmt.Sprintf("%v: %s; events committed after %s may never be published, and the relay will not stream from a new slot. "+
 		"Publish what is missing again from the business data (or accept its loss), then drop the slot if it is left "+
 		"(SELECT pg_drop_replication_slot('%s')) and the publication (DROP PUBLICATION %s), and start the relay again: "+
-		"it sets up both anew (docs/runbook.md, \"The logical relay's slot is lost\")",
+		"it sets up both anew (docs/runbook.md#oncekitoutboxslotlost)",
 		ErrSlotLost, what, since, e.Slot, e.Slot)
 }
 
