@@ -228,6 +228,9 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 	r.m.standby.Set(0)
 	r.log.Info("lease taken; streaming")
 	if err := r.ob.SetUpLogical(ctx, r.pool); err != nil {
+		if errors.Is(err, ErrSlotLost) {
+			r.m.lost.Set(1)
+		}
 		return err
 	}
 	if err := r.refreshSlot(ctx, true); err != nil {
