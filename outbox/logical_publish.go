@@ -322,7 +322,7 @@ ON CONFLICT (id) DO NOTHING`, schema),
 type logicalMetrics struct {
 	published, failures, parked, undecodable prometheus.Counter
 	lag, standby                             prometheus.Gauge
-	retained, active, lost                   prometheus.Gauge
+	retained, active, lost, lagSeconds       prometheus.Gauge
 }
 
 func newLogicalMetrics(reg prometheus.Registerer) (*logicalMetrics, error) {
@@ -343,9 +343,10 @@ func newLogicalMetrics(reg prometheus.Registerer) (*logicalMetrics, error) {
 		retained:    gauge("slot_retained_bytes", "WAL the replication slot keeps on the server's disk: the server's position minus the slot's restart one."),
 		active:      gauge("slot_active", "1 while a relay streams from the replication slot (as PostgreSQL sees it), 0 while none does."),
 		lost:        gauge("slot_lost", "1 once the replication slot was dropped, invalidated (wal_status lost) or replaced: the relay stops."),
+		lagSeconds:  gauge("slot_lag_seconds", "The slot's lag in time as PostgreSQL measures it while a relay streams (pg_stat_replication.flush_lag; PostgreSQL 17: the time an inactive slot has been inactive); NaN when unknown."),
 	}
 	if err := promshare.RegisterAlone(reg, "outbox: LogicalRelayConfig.Registerer", "logical relay",
-		m.published, m.failures, m.parked, m.undecodable, m.lag, m.standby, m.retained, m.active, m.lost); err != nil {
+		m.published, m.failures, m.parked, m.undecodable, m.lag, m.standby, m.retained, m.active, m.lost, m.lagSeconds); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pglogrepl"
 
@@ -187,6 +188,11 @@ func (r *LogicalRelay) refreshSlot(ctx context.Context, holding bool) error {
 	r.m.lag.Set(float64(s.LagBytes))
 	r.m.retained.Set(float64(s.RetainedBytes))
 	r.m.active.Set(b2f(s.Active))
+	if s.LagSeconds != nil {
+		r.m.lagSeconds.Set(*s.LagSeconds)
+	} else {
+		r.m.lagSeconds.Set(math.NaN())
+	}
 	var known pglogrepl.LSN
 	if holding {
 		known = pglogrepl.LSN(r.known.Load()) // loaded after the read: it only grows

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -194,7 +195,8 @@ func TestSlotStatusFollowsTheRelay(t *testing.T) {
 	b.streaming(t)
 	require.Eventually(t, func() bool {
 		s = b.slotStatus(t)
-		return s.Active && s.LagSeconds != nil && metricValue(t, reg, "oncekit_outbox_logical_slot_active") == 1
+		return s.Active && s.LagSeconds != nil && metricValue(t, reg, "oncekit_outbox_logical_slot_active") == 1 &&
+			!math.IsNaN(metricValue(t, reg, "oncekit_outbox_logical_slot_lag_seconds"))
 	}, 20*time.Second, 20*time.Millisecond, "the streaming slot is active, its lag in time known: %+v", s)
 	require.Zero(t, metricValue(t, reg, "oncekit_outbox_logical_slot_lost"))
 
