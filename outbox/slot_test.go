@@ -206,3 +206,25 @@ func TestSlotStatusFollowsTheRelay(t *testing.T) {
 	require.Equal(t, outbox.SlotStatus{Name: "never_set_up"}, s)
 	require.False(t, s.Behind())
 }
+
+// While the relay streams and cannot publish (the broker is down), the
+// slot's lag in time grows with the wait: PostgreSQL measures it from the
+// WAL the relay has read and not confirmed.
+func TestSlotLagInTimeGrowsWhileTheRelayCannotPublish(t *testing.T) {
+	t.Parallel()
+	b := logicalSetup(t)
+	br := restartableBroker(t, b)
+	pub, _ := publisher(t, br.url)
+	_, reg := b.runLogicalRelay(t, pub, outbox.LogicalRelayConfig{PublishTimeout: 500 * time.Millisecond})
+	b.streaming(t)
+	br.stop()
+	enqueue(t, b.db, b.ob, b.msg("k", 1))
+	var s outbox.SlotStatus
+	require.Eventually(t, func() bool {
+		s = b.slotStatus(t)
+		return s.Active && s.LagSeconds != nil && *s.LagSeconds >= 3 && s.LagBytes > 0
+	}, 30*time.Second, 100*time.Millisecond, "the lag in time grows: %+v", s)
+	t.Logf("broker down: lag %d bytes, %.1f s", s.LagBytes, *s.LagSeconds)
+	require.Eventually(t, func() bool { return metricValue(t, reg, "oncekit_outbox_logical_slot_lag_seconds") >= 3 },
+		30*time.Second, 100*time.Millisecond)
+}
