@@ -120,8 +120,9 @@ func TestLogicalRelayStopsWhenItsSlotIsDropped(t *testing.T) {
 }
 
 // A slot dropped and made again under the same name while the relay holds
-// the lease: its confirmed position is past what the relay confirmed, and
-// the relay stops rather than stream from it.
+// the lease: the relay stops rather than stream from the new one, having
+// seen it either missing (the new slot waits for running transactions
+// before it exists) or past what the relay confirmed.
 func TestLogicalRelayStopsWhenItsSlotIsReplaced(t *testing.T) {
 	t.Parallel()
 	b := logicalSetup(t)
@@ -129,9 +130,34 @@ func TestLogicalRelayStopsWhenItsSlotIsReplaced(t *testing.T) {
 	done, _ := b.runLogicalRelay(t, pub, outbox.LogicalRelayConfig{})
 	b.streaming(t)
 	slot := "oncekit_" + b.db.Schema
-	// One statement: the relay never sees the name free.
 	b.evictSlot(t, `SELECT pg_drop_replication_slot('`+slot+`'); SELECT pg_create_logical_replication_slot('`+slot+`', 'pgoutput')`)
-	waitSlotLost(t, done, "replaced")
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the relay still runs on a replaced slot")
+	}
+	var lost *outbox.SlotLostError
+	require.ErrorAs(t, err, &lost)
+	require.Contains(t, []string{"dropped", "replaced"}, lost.Reason)
+	t.Logf("Run returned: %v", err)
+	s := b.slotStatus(t)
+	require.True(t, s.Exists && !s.Active, "the new slot is left alone: %+v", s)
+}
+
+// A slot moved past what the relay confirmed while the relay holds the
+// lease (pg_replication_slot_advance by hand: what it skipped is lost to
+// the stream): the relay stops with reason "replaced".
+func TestLogicalRelayStopsWhenItsSlotIsMovedPastItsPosition(t *testing.T) {
+	t.Parallel()
+	b := logicalSetup(t)
+	pub, _ := publisher(t, b.nats.URL)
+	done, _ := b.runLogicalRelay(t, pub, outbox.LogicalRelayConfig{})
+	b.streaming(t)
+	slot := "oncekit_" + b.db.Schema
+	b.evictSlot(t, `SELECT pg_logical_emit_message(false, 'filler', 'x'); SELECT pg_replication_slot_advance('`+slot+`', pg_current_wal_lsn())`)
+	lost := waitSlotLost(t, done, "replaced")
+	require.Contains(t, lost.Error(), "was replaced by another (its confirmed position moved past what the relay confirmed)")
 }
 
 // A slot invalidated by max_slot_wal_keep_size while its relay streams
