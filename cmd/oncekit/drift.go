@@ -239,5 +239,14 @@ func applyRulesFile(fs *flag.FlagSet, cfg *drift.Config, path string) error {
 	if set["max-outbox-backlog"] {
 		cfg.MaxOutboxBacklog = keep.MaxOutboxBacklog
 	}
+	if set["max-slot-lag"] {
+		cfg.MaxSlotLagBytes = keep.MaxSlotLagBytes
+	}
+	if set["max-inactive-slot-retained"] {
+		cfg.MaxInactiveSlotRetainedBytes = keep.MaxInactiveSlotRetainedBytes
+	}
+	if set["slot"] {
+		cfg.Slot = keep.Slot
+	}
 	return nil
 }
