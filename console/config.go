@@ -19,6 +19,11 @@ import (
 type Config struct {
 	// Schema holds oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
+	// Slot names the logical relay's replication slot
+	// (outbox.Config.Slot), shown on the overview and outbox pages when
+	// the schema runs in logical mode. Defaults to "oncekit_" and the
+	// schema.
+	Slot string
 	// Prefix is the path the console is served under, behind a reverse
 	// proxy or in a service's mux ("/ops/oncekit"): it strips it from
 	// requests and writes it into links. Defaults to "" (the root).

@@ -66,7 +66,7 @@ func New(db *pgxpool.Pool, cfg *Config) (*Console, error) {
 	}
 	con := &Console{db: db, cfg: c, log: c.Logger, sql: renderStatements(c.Schema)}
 	var err error
-	if con.ob, err = outbox.New(&outbox.Config{Schema: c.Schema}); err != nil {
+	if con.ob, err = outbox.New(&outbox.Config{Schema: c.Schema, Slot: c.Slot}); err != nil {
 		return nil, err
 	}
 	if con.store, err = inbox.NewStore(c.Schema); err != nil {
@@ -189,6 +189,8 @@ func parsePages() (map[string]*template.Template, error) {
 		"when":      when,
 		"printable": printable,
 		"short":     short,
+		"bytes":     iecBytes,
+		"secs":      optionalSeconds,
 		"query":     url.QueryEscape,
 		"path":      url.PathEscape,
 	}

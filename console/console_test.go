@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker/natsjs"
@@ -339,4 +340,27 @@ func TestEffectCountsSayWhenTheyStoppedAtTheCap(t *testing.T) {
 	for _, path := range []string{"/", "/effects"} {
 		require.Contains(t, get(t, srv.URL+path).body, `id="effects-capped"`, path)
 	}
+}
+
+// The overview and the outbox page show the logical relay's slot when the
+// schema runs in logical mode: here its publication without its slot, a
+// dropped slot, which is lost; without logical mode no slot is shown.
+func TestPagesShowTheLogicalSlot(t *testing.T) {
+	t.Parallel()
+	srv, db, _ := server(t, console.Config{})
+	for _, path := range []string{"/", "/outbox"} {
+		require.NotContains(t, get(t, srv.URL+path).body, `id="slot"`, path)
+	}
+	_, err := db.Pool.Exec(context.Background(), `CREATE PUBLICATION `+pgx.Identifier{"oncekit_" + db.Schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP PUBLICATION IF EXISTS `+pgx.Identifier{"oncekit_" + db.Schema}.Sanitize())
+	})
+	for _, path := range []string{"/", "/outbox"} {
+		p := get(t, srv.URL+path)
+		require.Equal(t, http.StatusOK, p.status, p.body)
+		require.Contains(t, p.body, `id="slot"`, path)
+		require.Contains(t, p.body, "lost, dropped: the relay stops", path)
+	}
+	require.Contains(t, get(t, srv.URL+"/").body, `id="slot-card"`)
 }

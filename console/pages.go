@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"net/http"
@@ -21,7 +22,7 @@ func (con *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var rep report.Status
 	err := con.readOnly(r.Context(), func(tx pgx.Tx) error {
 		var err error
-		rep, err = report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Overdue, con.cfg.Recent)
+		rep, err = report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Slot, con.cfg.Overdue, con.cfg.Recent)
 		return err
 	})
 	if err != nil {
@@ -40,7 +41,7 @@ type outboxView struct {
 func (con *Console) outboxPage(w http.ResponseWriter, r *http.Request) {
 	var v outboxView
 	err := con.readOnly(r.Context(), func(tx pgx.Tx) error {
-		rep, err := report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Overdue, con.cfg.Recent)
+		rep, err := report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Slot, con.cfg.Overdue, con.cfg.Recent)
 		if err != nil {
 			return err
 		}
@@ -74,7 +75,7 @@ type inboxView struct {
 func (con *Console) inboxPage(w http.ResponseWriter, r *http.Request) {
 	v := inboxView{CanReplay: con.cfg.Publisher != nil}
 	err := con.readOnly(r.Context(), func(tx pgx.Tx) error {
-		rep, err := report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Overdue, con.cfg.Recent)
+		rep, err := report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Slot, con.cfg.Overdue, con.cfg.Recent)
 		if err != nil {
 			return err
 		}
@@ -160,7 +161,7 @@ type effectsView struct {
 func (con *Console) effectsPage(w http.ResponseWriter, r *http.Request) {
 	var v effectsView
 	err := con.readOnly(r.Context(), func(tx pgx.Tx) error {
-		rep, err := report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Overdue, con.cfg.Recent)
+		rep, err := report.Read(r.Context(), tx, con.cfg.Schema, con.cfg.Slot, con.cfg.Overdue, con.cfg.Recent)
 		if err != nil {
 			return err
 		}
@@ -253,6 +254,7 @@ func (con *Console) driftPage(w http.ResponseWriter, r *http.Request) {
 			cfg = *con.cfg.Drift
 		}
 		cfg.Schema, cfg.Registerer, cfg.Logger = con.cfg.Schema, nil, con.log
+		cfg.Slot = cmp.Or(cfg.Slot, con.cfg.Slot)
 		checker, err := drift.New(con.db, &cfg)
 		if err == nil {
 			v.Report, err = checker.Run(r.Context())

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"fmt"
+
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
@@ -126,3 +128,35 @@ FROM {schema}.idempotency_keys k WHERE k.tenant = $1 AND k.operation = $2 AND k.
 // printable is s as the console shows text from outside: control
 // characters and invalid UTF-8 escaped.
 func printable(s string) string { return untrusted.Printable(s) }
+
+// iecBytes formats a byte count (an int64 or a *int64; nil is "no limit")
+// in its largest binary unit.
+func iecBytes(v any) string {
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case *int64:
+		if x == nil {
+			return "no limit"
+		}
+		n = *x
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, u := float64(n)/unit, 0
+	for ; f >= unit && u < 4; u++ {
+		f /= unit
+	}
+	return fmt.Sprintf("%.1f %ciB", f, "KMGTP"[u])
+}
+
+// optionalSeconds formats a figure in seconds that may be unknown (nil).
+func optionalSeconds(v *float64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.0f s", *v)
+}

@@ -2,6 +2,7 @@ package drift
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -35,6 +36,34 @@ func backlog(name string, limit float64, schema string, figure func(outbox.Backl
 }
 
 func secs(d time.Duration) float64 { return d.Seconds() }
+
+// slot is a check on the logical relay's replication slot, which the
+// outbox reads: a schema without logical mode set up yields 0. A lost
+// slot is drift whatever the figure, with an example saying why.
+func slot(name string, limit float64, c Config, figure func(outbox.SlotStatus) float64) check {
+	ob, err := outbox.New(&outbox.Config{Schema: c.Schema, Slot: c.Slot})
+	return check{name: name, limit: limit, run: func(ctx context.Context, db oncekit.Querier) (Finding, error) {
+		if err != nil {
+			return Finding{}, err
+		}
+		s, err := ob.SlotStatus(ctx, db)
+		if err != nil {
+			return Finding{}, err
+		}
+		v := figure(s)
+		f := Finding{Value: v, Limit: limit, Drift: v > limit}
+		switch {
+		case s.Lost:
+			f.Drift = true
+			f.Examples = []string{fmt.Sprintf("replication slot %s is lost (exists %v, wal_status %q): the logical relay stops; docs/runbook.md",
+				s.Name, s.Exists, s.WALStatus)}
+		case f.Drift:
+			f.Examples = []string{fmt.Sprintf("replication slot %s: active %v, lag %d bytes, WAL retained %d bytes",
+				s.Name, s.Active, s.LagBytes, s.RetainedBytes)}
+		}
+		return f, nil
+	}}
+}
 
 // listed is a check whose SQL returns one row (id, label) per offending
 // row: the value is their count, the first MaxIDs are kept as IDs and the
@@ -81,6 +110,17 @@ func builtins(c Config) []check {
 			func(b outbox.Backlog) float64 { return float64(b.Pending) }),
 		backlog("outbox_oldest_age_seconds", secs(c.MaxOutboxAge), s,
 			func(b outbox.Backlog) float64 { return b.OldestAge.Seconds() }),
+		// Logical mode: the slot's lag, and the WAL an inactive slot
+		// keeps (nothing reads it; it fills the primary's disk).
+		slot("outbox_slot_lag_bytes", float64(c.MaxSlotLagBytes), c,
+			func(s outbox.SlotStatus) float64 { return float64(s.LagBytes) }),
+		slot("outbox_slot_inactive_retained_bytes", float64(c.MaxInactiveSlotRetainedBytes), c,
+			func(s outbox.SlotStatus) float64 {
+				if s.Active {
+					return 0
+				}
+				return float64(s.RetainedBytes)
+			}),
 		// The predicate of the partial index outbox_blocked, then parked.
 		listed("outbox_parked", `SELECT o.id::text, 'message ' || o.id || ' (key ' || quote_literal(o.ordering_key) || ', ' ||
 				o.subject || ', ' || o.attempts || ' attempts)'

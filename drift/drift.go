@@ -18,6 +18,7 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/outbox"
 )
 
 // Config configures a Checker. The zero value works.
@@ -30,6 +31,17 @@ type Config struct {
 	// MaxOutboxBacklog is the most unpublished outbox rows tolerated.
 	// Defaults to 100,000.
 	MaxOutboxBacklog int64
+	// Slot names the logical relay's replication slot
+	// (outbox.Config.Slot). Defaults to "oncekit_" and the schema. The
+	// slot checks find nothing where logical mode is not set up.
+	Slot string
+	// MaxSlotLagBytes is the most WAL the slot may have left to confirm
+	// (outbox_slot_lag_bytes). Defaults to 1 GB.
+	MaxSlotLagBytes int64
+	// MaxInactiveSlotRetainedBytes is the most WAL the slot may keep
+	// while no relay streams from it (outbox_slot_inactive_retained_bytes).
+	// Defaults to 100 MB.
+	MaxInactiveSlotRetainedBytes int64
 	// MaxPendingAge is how long past due a pending side effect may be.
 	// Defaults to 5 minutes.
 	MaxPendingAge time.Duration
@@ -132,6 +144,8 @@ func (c *Config) withDefaults() Config {
 	out.FailedWindow = cmp.Or(out.FailedWindow, 24*time.Hour)
 	out.CheckTimeout = cmp.Or(out.CheckTimeout, 30*time.Second)
 	out.MaxOutboxBacklog = cmp.Or(out.MaxOutboxBacklog, 100_000)
+	out.MaxSlotLagBytes = cmp.Or(out.MaxSlotLagBytes, 1_000_000_000)
+	out.MaxInactiveSlotRetainedBytes = cmp.Or(out.MaxInactiveSlotRetainedBytes, 100_000_000)
 	out.Concurrency = cmp.Or(out.Concurrency, 4)
 	out.MaxIDs = cmp.Or(out.MaxIDs, 100)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
@@ -143,11 +157,14 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	bad := cfgerr.For(ErrInvalidConfig, "drift: Config")
 	if err := bad.IfNegative(c, "MaxOutboxAge", "MaxPendingAge", "LeaseGrace", "FailedWindow",
-		"Window", "CheckTimeout", "MaxOutboxBacklog", "Concurrency", "MaxIDs"); err != nil {
+		"Window", "CheckTimeout", "MaxOutboxBacklog", "MaxSlotLagBytes", "MaxInactiveSlotRetainedBytes", "Concurrency", "MaxIDs"); err != nil {
 		return err
 	}
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)
+	}
+	if _, err := outbox.New(&outbox.Config{Schema: c.Schema, Slot: c.Slot}); err != nil {
+		return bad("Slot", "%w", err)
 	}
 	seen := map[string]bool{}
 	for _, b := range builtins(*c) {

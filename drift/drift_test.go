@@ -56,7 +56,7 @@ INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq) SELECT partiti
 	require.NoError(t, err)
 	require.False(t, rep.Drifted(), "%+v", rep.Findings)
 	require.False(t, rep.Failed(), "%+v", rep.Findings)
-	require.Len(t, rep.Findings, 11)
+	require.Len(t, rep.Findings, 13)
 }
 
 func TestEveryKindOfDriftIsFound(t *testing.T) {

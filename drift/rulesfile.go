@@ -34,6 +34,9 @@ func (f *fileDuration) UnmarshalYAML(n *yaml.Node) error {
 type file struct {
 	MaxOutboxAge     fileDuration `yaml:"max_outbox_age"`
 	MaxOutboxBacklog *int64       `yaml:"max_outbox_backlog"`
+	Slot             string       `yaml:"slot"`
+	MaxSlotLag       *int64       `yaml:"max_slot_lag_bytes"`
+	MaxSlotRetained  *int64       `yaml:"max_inactive_slot_retained_bytes"`
 	MaxPendingAge    fileDuration `yaml:"max_pending_age"`
 	LeaseGrace       fileDuration `yaml:"lease_grace"`
 	FailedWindow     fileDuration `yaml:"failed_window"`
@@ -65,6 +68,9 @@ var ErrInvalidRules = errors.New("drift: invalid rules file")
 //
 //	max_outbox_age: 1m
 //	max_outbox_backlog: 100000
+//	slot: oncekit_app                          # the logical relay's slot (default oncekit_ and the schema)
+//	max_slot_lag_bytes: 1000000000
+//	max_inactive_slot_retained_bytes: 100000000
 //	max_pending_age: 5m
 //	lease_grace: 1m
 //	failed_window: 24h
@@ -105,6 +111,21 @@ func ReadRules(r io.Reader, cfg *Config) error {
 	}
 	if f.MaxOutboxBacklog != nil {
 		cfg.MaxOutboxBacklog = *f.MaxOutboxBacklog
+	}
+	for _, n := range []struct {
+		from *int64
+		to   *int64
+		key  string
+	}{{f.MaxSlotLag, &cfg.MaxSlotLagBytes, "max_slot_lag_bytes"}, {f.MaxSlotRetained, &cfg.MaxInactiveSlotRetainedBytes, "max_inactive_slot_retained_bytes"}} {
+		if n.from != nil {
+			if *n.from < 0 {
+				return fmt.Errorf("%w: %s is negative", ErrInvalidRules, n.key)
+			}
+			*n.to = *n.from
+		}
+	}
+	if f.Slot != "" {
+		cfg.Slot = f.Slot
 	}
 	cfg.Skip = append(cfg.Skip, f.Skip...)
 	for i, r := range f.Rules {

@@ -230,6 +230,9 @@ func TestReadRules(t *testing.T) {
 	err := drift.ReadRules(strings.NewReader(`
 max_outbox_age: 90s
 check_timeout: 5s
+slot: oncekit_app
+max_slot_lag_bytes: 5000000
+max_inactive_slot_retained_bytes: 2000000
 skip: [effects_failed]
 window: 24h
 rules:
@@ -247,6 +250,9 @@ horizons:
 	require.NoError(t, err)
 	require.Equal(t, 90*time.Second, cfg.MaxOutboxAge)
 	require.Equal(t, 5*time.Second, cfg.CheckTimeout)
+	require.Equal(t, "oncekit_app", cfg.Slot)
+	require.Equal(t, int64(5_000_000), cfg.MaxSlotLagBytes)
+	require.Equal(t, int64(2_000_000), cfg.MaxInactiveSlotRetainedBytes)
 	require.Equal(t, 24*time.Hour, cfg.Window)
 	require.Equal(t, []string{"effects_failed"}, cfg.Skip)
 	require.Len(t, cfg.Rules, 3)
@@ -256,6 +262,7 @@ horizons:
 	for _, bad := range []string{
 		"max_outbox_age: -5s",
 		"max_outbox_ag: 5s",
+		"max_slot_lag_bytes: -1",
 		"rules:\n  - name: x\n    sql: SELECT 1\n    expect: {kind: k, sources: SELECT 1}",
 		"rules:\n  - name: Bad Name\n    sql: SELECT 1",
 		"rules:\n  - name: x\n    expect: {kind: k, sources: SELECT 1, business_id: 'payment id'}",

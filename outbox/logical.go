@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -107,6 +108,10 @@ type LogicalRelay struct {
 	tbl  *Relay
 
 	running sync.Mutex
+	// known is the highest position the relay knows its slot confirmed
+	// within the lease it holds (0 outside one): the slot's own moving
+	// past it means another slot took its name (see slotLost).
+	known atomic.Uint64
 }
 
 // NewLogicalRelay returns a relay for ob's schema: it streams through a
@@ -159,6 +164,14 @@ func (r *LogicalRelay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if errors.Is(err, ErrSlotLost) {
+			// Streaming from a new slot would skip what the lost one held:
+			// the relay stops and the operator decides (the error says how).
+			r.log.Error("logical relay stopped: its replication slot is lost", "err", err)
+			cancel()
+			wg.Wait()
+			return err
+		}
 		r.log.Warn("logical relay stream ended; starting again", "err", err, "wait", pause)
 		wait.Sleep(ctx, pause)
 	}
@@ -191,6 +204,10 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 	// The lock lives with the session: the connection is closed, not put
 	// back in the pool, so that no one else inherits it.
 	defer func() { _ = c.Conn().Close(context.WithoutCancel(ctx)); c.Release() }()
+	// Another relay may stream between this one's leases: what this one
+	// knew of the slot holds within a lease only.
+	r.known.Store(0)
+	defer r.known.Store(0)
 	for waited := false; ; waited = true {
 		var got bool
 		if err := c.QueryRow(ctx, leaseSQL, r.ob.slot).Scan(&got); err != nil {
@@ -203,6 +220,7 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 			r.log.Info("another relay streams the slot; standing by")
 		}
 		r.m.standby.Set(1)
+		_ = r.refreshSlot(ctx, false) // a standby's gauges show the slot too
 		if !wait.Sleep(ctx, r.cfg.StatusInterval/4) {
 			return ctx.Err()
 		}
@@ -210,6 +228,12 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 	r.m.standby.Set(0)
 	r.log.Info("lease taken; streaming")
 	if err := r.ob.SetUpLogical(ctx, r.pool); err != nil {
+		if errors.Is(err, ErrSlotLost) {
+			r.m.lost.Set(1)
+		}
+		return err
+	}
+	if err := r.refreshSlot(ctx, true); err != nil {
 		return err
 	}
 	sctx, stop := context.WithCancelCause(ctx)
@@ -235,11 +259,28 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 					stop(fmt.Errorf("lease lost: %w", err))
 					return
 				}
-				r.refreshLag(sctx)
+				if err := r.refreshSlot(sctx, true); errors.Is(err, ErrSlotLost) {
+					stop(err)
+					return
+				}
 			}
 		}
 	})
-	err = r.stream(sctx)
+	// The stream starts again within the lease, so that the slot's
+	// position is known throughout: no other relay streams meanwhile.
+	for pause := r.cfg.MinBackoff; ; pause = min(2*pause, 5*time.Second) {
+		err = r.stream(sctx)
+		if sctx.Err() != nil {
+			break
+		}
+		if lost := r.refreshSlot(sctx, true); errors.Is(lost, ErrSlotLost) {
+			return lost
+		}
+		r.log.Warn("logical relay stream ended; starting again", "err", err, "wait", pause)
+		if !wait.Sleep(sctx, pause) {
+			break
+		}
+	}
 	if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
 		return cause
 	}
@@ -250,7 +291,10 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 // publication pgoutput reads (empty: messages need no table) and the
 // replication slot, both named Config.Slot. Run it before the first
 // Enqueue: the slot decodes only what commits after its creation. db must
-// not be in a transaction that wrote.
+// not be in a transaction that wrote. A publication found without its slot
+// means the slot was dropped: SetUpLogical then returns a *SlotLostError
+// (ErrSlotLost) rather than create a slot that would skip what the old one
+// held.
 func (o *Outbox) SetUpLogical(ctx context.Context, db oncekit.Querier) error {
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)`, o.slot).Scan(&exists); err != nil {
@@ -261,8 +305,14 @@ func (o *Outbox) SetUpLogical(ctx context.Context, db oncekit.Querier) error {
 			return fmt.Errorf("outbox: create the publication: %w", err)
 		}
 	}
+	published := exists
 	if err := db.QueryRow(ctx, slotExistsSQL, o.slot).Scan(&exists); err != nil {
 		return fmt.Errorf("outbox: look up the slot: %w", err)
+	}
+	if !exists && published {
+		// The publication outlived its slot: the slot was dropped, and a
+		// new one would skip what it held.
+		return &SlotLostError{Slot: o.slot, Reason: "dropped"}
 	}
 	if !exists {
 		// PostgreSQL 17 keeps a failover slot on the standbys that sync

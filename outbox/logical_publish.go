@@ -303,19 +303,6 @@ func (r *LogicalRelay) tableKeys(ctx context.Context, pending []walEvent) (map[s
 	return out, rows.Err()
 }
 
-// refreshLag sets the slot lag gauge: the WAL the slot holds back, in
-// bytes.
-func (r *LogicalRelay) refreshLag(ctx context.Context) {
-	var lag float64
-	err := r.pool.QueryRow(ctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::float8, 0)
-		FROM pg_replication_slots WHERE slot_name = $1`, r.ob.slot).Scan(&lag)
-	if err != nil {
-		r.log.Warn("slot lag not read", "err", err)
-		return
-	}
-	r.m.lag.Set(lag)
-}
-
 // logicalSQL holds the LogicalRelay's statements for a schema.
 type logicalSQL struct{ toTable, tableKeys string }
 
@@ -336,6 +323,7 @@ ON CONFLICT (id) DO NOTHING`, schema),
 type logicalMetrics struct {
 	published, failures, parked, undecodable prometheus.Counter
 	lag, standby                             prometheus.Gauge
+	retained, active, lost, lagSeconds       prometheus.Gauge
 }
 
 func newLogicalMetrics(reg prometheus.Registerer) (*logicalMetrics, error) {
@@ -353,9 +341,13 @@ func newLogicalMetrics(reg prometheus.Registerer) (*logicalMetrics, error) {
 		undecodable: counter("undecodable_total", "WAL messages under the outbox's prefix that Enqueue did not write, skipped."),
 		lag:         gauge("slot_lag_bytes", "WAL the replication slot holds back: the server's position minus the slot's confirmed one."),
 		standby:     gauge("standby", "1 while this relay waits for the lease another relay holds."),
+		retained:    gauge("slot_retained_bytes", "WAL the replication slot keeps on the server's disk: the server's position minus the slot's restart one."),
+		active:      gauge("slot_active", "1 while a relay streams from the replication slot (as PostgreSQL sees it), 0 while none does."),
+		lost:        gauge("slot_lost", "1 once the replication slot was dropped, invalidated (wal_status lost) or replaced: the relay stops."),
+		lagSeconds:  gauge("slot_lag_seconds", "The slot's lag in time as PostgreSQL measures it while a relay streams (pg_stat_replication.flush_lag; PostgreSQL 17: the time an inactive slot has been inactive); NaN when unknown."),
 	}
 	if err := promshare.RegisterAlone(reg, "outbox: LogicalRelayConfig.Registerer", "logical relay",
-		m.published, m.failures, m.parked, m.undecodable, m.lag, m.standby); err != nil {
+		m.published, m.failures, m.parked, m.undecodable, m.lag, m.standby, m.retained, m.active, m.lost, m.lagSeconds); err != nil {
 		return nil, err
 	}
 	return m, nil

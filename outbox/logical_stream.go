@@ -176,6 +176,9 @@ func (rd *reader) report(ctx context.Context, force bool) error {
 	if !force && !moved && time.Since(rd.statusAt) < rd.r.cfg.StatusInterval {
 		return nil
 	}
+	// Known before PostgreSQL may read it: the relay's check of its slot
+	// must never see the slot past what the relay knows it sent.
+	rd.r.noteConfirmed(pos)
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, rd.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
 	if err != nil {
 		return fmt.Errorf("report the position: %w", err)

@@ -37,6 +37,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	reveal := fs.Bool("reveal", false, "let operators show payloads and stored responses on request (hidden otherwise)")
 	trusted := fs.String("trusted-header", "", "a request `HEADER` in which a reverse proxy puts the authenticated operator's name")
 	replay := fs.Bool("replay", false, "offer dead-letter replay, publishing to JetStream at --nats-url")
+	slot := fs.String("slot", "", "`NAME` of the logical relay's replication slot, shown in logical mode (default oncekit_ and the schema)")
 	derive := fs.String("derive", "", "comma-separated `NAMES` the services derive event IDs with (DeriveID(id, name)), for the chain")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -54,7 +55,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := console.Config{Schema: db.schema(), Prefix: *prefix, Writes: *writes, Operators: operators,
+	cfg := console.Config{Schema: db.schema(), Slot: *slot, Prefix: *prefix, Writes: *writes, Operators: operators,
 		TrustedHeader: *trusted, Reveal: *reveal, Logger: log}
 	if *derive != "" {
 		cfg.Derive = strings.Split(*derive, ",")

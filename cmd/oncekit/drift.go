@@ -79,6 +79,9 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	var cfg drift.Config
 	fs.DurationVar(&cfg.MaxOutboxAge, "max-outbox-age", time.Minute, "oldest an unpublished outbox row may be")
 	fs.Int64Var(&cfg.MaxOutboxBacklog, "max-outbox-backlog", 100_000, "most unpublished outbox rows tolerated")
+	fs.StringVar(&cfg.Slot, "slot", "", "`NAME` of the logical relay's replication slot (default oncekit_ and the schema); its checks find nothing without logical mode")
+	fs.Int64Var(&cfg.MaxSlotLagBytes, "max-slot-lag", 1_000_000_000, "most WAL bytes the logical relay's slot may have left to confirm")
+	fs.Int64Var(&cfg.MaxInactiveSlotRetainedBytes, "max-inactive-slot-retained", 100_000_000, "most WAL bytes the slot may keep while no relay streams from it")
 	fs.DurationVar(&cfg.MaxPendingAge, "max-pending-age", 5*time.Minute, "how long past due a pending side effect may be")
 	fs.DurationVar(&cfg.LeaseGrace, "lease-grace", time.Minute, "how long past its lease a fired effect or in-progress request may be")
 	fs.DurationVar(&cfg.FailedWindow, "failed-window", 24*time.Hour, "effects_failed counts the effects recorded this recently that failed")
@@ -109,6 +112,9 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	}
 	if cfg.MaxOutboxBacklog < 0 {
 		return usagef("--max-outbox-backlog: %d is negative", cfg.MaxOutboxBacklog)
+	}
+	if cfg.MaxSlotLagBytes < 0 || cfg.MaxInactiveSlotRetainedBytes < 0 {
+		return usagef("--max-slot-lag and --max-inactive-slot-retained must not be negative")
 	}
 	if *textfile != "" && *interval > 0 {
 		return usagef("--textfile is for single runs; with --interval, scrape --listen")
@@ -232,6 +238,15 @@ func applyRulesFile(fs *flag.FlagSet, cfg *drift.Config, path string) error {
 	}
 	if set["max-outbox-backlog"] {
 		cfg.MaxOutboxBacklog = keep.MaxOutboxBacklog
+	}
+	if set["max-slot-lag"] {
+		cfg.MaxSlotLagBytes = keep.MaxSlotLagBytes
+	}
+	if set["max-inactive-slot-retained"] {
+		cfg.MaxInactiveSlotRetainedBytes = keep.MaxInactiveSlotRetainedBytes
+	}
+	if set["slot"] {
+		cfg.Slot = keep.Slot
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	overdue := fs.Duration("overdue", 5*time.Minute, "a pending effect this far past due counts as overdue")
 	recent := fs.Duration("recent", 24*time.Hour, "confirmed and failed effects are counted over this window")
+	slot := fs.String("slot", "", "`NAME` of the logical relay's replication slot, shown when the schema runs in logical mode (default oncekit_ and the schema)")
 	metricsURLs := &listFlag[string]{parse: func(v string) (string, error) {
 		if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
 			return "", fmt.Errorf("want an http(s) URL")
@@ -51,7 +52,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	var rep report.Status
 	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		rep, err = report.Read(ctx, tx, db.schema(), *overdue, *recent)
+		rep, err = report.Read(ctx, tx, db.schema(), *slot, *overdue, *recent)
 		return err
 	})
 	if err != nil {

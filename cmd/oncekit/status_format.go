@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/report"
+	"github.com/oncekit/oncekit/outbox"
 )
 
 // age formats seconds in its largest whole unit ("45s", "3m", "2h", "4d"),
@@ -46,6 +47,9 @@ func writeStatus(e *env, r report.Status) error {
 	ob := r.Outbox
 	fmt.Fprintf(w, "oncekit status, schema %s\n\n", r.Schema)
 	fmt.Fprintf(w, "OUTBOX  backlog %d, oldest %s, parked %s\n", ob.Backlog, orZeroAge(ob.Backlog, ob.OldestAgeSeconds), alarm(ob.Parked))
+	if ob.Slot != nil {
+		fmt.Fprintf(w, "  %s\n", slotLine(*ob.Slot))
+	}
 	var lines []string
 	for _, p := range ob.Ranges {
 		part := strconv.Itoa(p.First)
@@ -128,4 +132,51 @@ func indentTable(w io.Writer, header string, rows []string, empty string) error 
 		return err
 	}
 	return writeTable(w, header, rows)
+}
+
+// slotLine describes the logical relay's slot: in logical mode the events
+// live in the WAL, and what is behind is the slot's lag, not the table's
+// backlog.
+func slotLine(s outbox.SlotStatus) string {
+	head := "slot " + s.Name + " (logical mode): "
+	switch {
+	case s.Lost && !s.Exists:
+		return head + "LOST, dropped (its publication exists without it): the relay stops; see the runbook !"
+	case s.Lost:
+		return head + "LOST, invalidated (wal_status lost, past max_slot_wal_keep_size): the relay stops; see the runbook !"
+	}
+	state := "active"
+	if !s.Active {
+		state = "INACTIVE, no relay streams"
+		if s.RetainedBytes > 0 {
+			state += " !"
+		}
+	}
+	lag := bytesIEC(s.LagBytes)
+	if s.LagSeconds != nil {
+		lag += ", " + age(*s.LagSeconds)
+	} else if s.LagBytes > 0 {
+		lag += ", time unknown"
+	}
+	line := fmt.Sprintf("%s%s; lag %s; WAL retained %s", head, state, lag, bytesIEC(s.RetainedBytes))
+	if s.WALStatus != "" && s.WALStatus != "reserved" {
+		line += "; wal_status " + s.WALStatus + " !"
+	}
+	if s.SafeWALBytes != nil {
+		line += "; invalidated after " + bytesIEC(*s.SafeWALBytes) + " more"
+	}
+	return line
+}
+
+// bytesIEC formats n bytes in its largest binary unit, one decimal.
+func bytesIEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n)/unit, 0
+	for ; v >= unit && u < 4; u++ {
+		v /= unit
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[u])
 }

@@ -14,8 +14,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -119,4 +121,42 @@ func TestStatusSaysWhenEffectsWereCountedUpToTheCap(t *testing.T) {
 	out.Reset()
 	require.NoError(t, writeStatus(&env{stdout: &out}, rep))
 	require.Contains(t, out.String(), "effects counted up to 10000 due, 10000 unknown and the newest 10000 recorded: each figure is at least what it says")
+}
+
+// In logical mode a slot that stopped moving is shown behind, inactive and
+// keeping WAL, though the outbox table is empty; without logical mode no
+// slot line is printed.
+func TestStatusShowsTheLogicalSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "wal_level = logical\nfsync = off\n"})
+	db := testenv.NewDBOn(t, pg.URL("postgres"))
+	code, out, stderr := cli(t, dbVars(db), "status")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, out, "logical mode")
+
+	ob, err := outbox.New(&outbox.Config{Schema: db.Schema, Logical: true})
+	require.NoError(t, err)
+	require.NoError(t, ob.SetUpLogical(ctx, db.Pool))
+	_, err = db.Pool.Exec(ctx, `CREATE TABLE filler (n int); INSERT INTO filler SELECT generate_series(1, 10000)`)
+	require.NoError(t, err)
+	code, out, stderr = cli(t, dbVars(db), "status")
+	require.Equal(t, 0, code, stderr)
+	t.Logf("status:\n%s", out)
+	require.Contains(t, out, "OUTBOX  backlog 0")
+	require.Regexp(t, `slot oncekit_\S+ \(logical mode\): INACTIVE, no relay streams !; lag [0-9.]+ [KMG]iB, time unknown; WAL retained`, out)
+
+	code, out, stderr = cli(t, dbVars(db), "status", "--json")
+	require.Equal(t, 0, code, stderr)
+	var rep report.Status
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.NotNil(t, rep.Outbox.Slot)
+	require.Positive(t, rep.Outbox.Slot.LagBytes)
+	require.False(t, rep.Outbox.Slot.Active)
+
+	_, err = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, rep.Outbox.Slot.Name)
+	require.NoError(t, err)
+	code, out, stderr = cli(t, dbVars(db), "status")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "LOST, dropped (its publication exists without it): the relay stops; see the runbook !")
 }

@@ -32,6 +32,10 @@ type Outbox struct {
 	Ranges     []Range     `json:"partition_ranges"`
 	Nodes      []Node      `json:"relay_nodes"`
 	ParkedKeys []ParkedKey `json:"parked_keys"`
+	// Slot is the logical relay's replication slot, when the schema runs
+	// in logical mode (outbox.Config.Logical): its events live in the WAL,
+	// not in the table, and what is behind is the slot's lag.
+	Slot *outbox.SlotStatus `json:"slot,omitempty"`
 }
 
 // Unpublished is the unpublished rows of the outbox or of some of its
@@ -109,8 +113,11 @@ const Limit = 50
 // Read reads every figure in tx (read-only and repeatable-read, so that
 // they agree), whose now() is the report's time: pending effects overdue
 // past overdue count as such, and settled effects are counted over recent.
-// Each figure reads through an index or under Limit.
-func Read(ctx context.Context, tx pgx.Tx, schema string, overdue, recent time.Duration) (Status, error) {
+// Each figure reads through an index or under Limit. slot names the
+// logical relay's replication slot (outbox.Config.Slot; "" for its
+// default): the outbox reads it, and the report shows it when logical mode
+// is set up.
+func Read(ctx context.Context, tx pgx.Tx, schema, slot string, overdue, recent time.Duration) (Status, error) {
 	rep := Status{Schema: schema, Consumers: []Consumer{}, Effects: []Effects{}}
 	q := func(sql string) string { return pgsql.Render(sql, schema) }
 	// JIT off for the rest of tx: the outbox's backlog after the cursors
@@ -127,9 +134,14 @@ func Read(ctx context.Context, tx pgx.Tx, schema string, overdue, recent time.Du
 		FROM (SELECT current_setting('plan_cache_mode') AS mode OFFSET 0) m`).Scan(&rep.At, nil, &planMode, nil); err != nil {
 		return rep, err
 	}
-	ob, err := outbox.New(&outbox.Config{Schema: schema})
+	ob, err := outbox.New(&outbox.Config{Schema: schema, Slot: slot})
 	if err != nil {
 		return rep, err
+	}
+	if s, err := ob.SlotStatus(ctx, tx); err != nil {
+		return rep, err
+	} else if s.SetUp {
+		rep.Outbox.Slot = &s
 	}
 	backlog, err := ob.BacklogByPartition(ctx, tx)
 	if err != nil {

@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
 )
 
 // read reads db's report in a read-only, repeatable-read transaction, as
@@ -23,7 +25,7 @@ func read(t *testing.T, db *testenv.DB) report.Status {
 	err := pgx.BeginTxFunc(context.Background(), db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			var err error
-			rep, err = report.Read(context.Background(), tx, db.Schema, time.Minute, time.Hour)
+			rep, err = report.Read(context.Background(), tx, db.Schema, "", time.Minute, time.Hour)
 			return err
 		})
 	require.NoError(t, err)
@@ -151,7 +153,7 @@ func TestReadLeavesThePlanModeAsItFoundIt(t *testing.T) {
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 			return err
 		}
-		if _, err := report.Read(ctx, tx, db.Schema, time.Minute, time.Hour); err != nil {
+		if _, err := report.Read(ctx, tx, db.Schema, "", time.Minute, time.Hour); err != nil {
 			return err
 		}
 		var mode string
@@ -159,4 +161,38 @@ func TestReadLeavesThePlanModeAsItFoundIt(t *testing.T) {
 		require.Equal(t, "force_custom_plan", mode)
 		return nil
 	}))
+}
+
+// In logical mode the events live in the WAL: a slot that stopped moving
+// shows its lag and the WAL it keeps, though the outbox table is empty; a
+// dropped slot shows lost. A schema without logical mode shows no slot.
+func TestReportShowsTheLogicalSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	require.Nil(t, read(t, testenv.NewDB(t)).Outbox.Slot, "no logical mode, no slot")
+
+	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "wal_level = logical\nfsync = off\n"})
+	db := testenv.NewDBOn(t, pg.URL("postgres"))
+	ob, err := outbox.New(&outbox.Config{Schema: db.Schema, Logical: true})
+	require.NoError(t, err)
+	require.NoError(t, ob.SetUpLogical(ctx, db.Pool))
+	_, err = db.Pool.Exec(ctx, `CREATE TABLE filler (n int); INSERT INTO filler SELECT generate_series(1, 10000)`)
+	require.NoError(t, err)
+
+	rep := read(t, db)
+	require.Zero(t, rep.Outbox.Backlog, "the table holds nothing")
+	s := rep.Outbox.Slot
+	require.NotNil(t, s, "logical mode is seen")
+	require.Equal(t, "oncekit_"+db.Schema, s.Name)
+	require.True(t, s.Exists && !s.Active && !s.Lost, "%+v", s)
+	require.Positive(t, s.LagBytes, "the slot that stopped moving is behind")
+	require.GreaterOrEqual(t, s.RetainedBytes, s.LagBytes)
+	require.True(t, s.Behind())
+	t.Logf("slot: %+v", *s)
+
+	_, err = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.Name)
+	require.NoError(t, err)
+	s = read(t, db).Outbox.Slot
+	require.NotNil(t, s)
+	require.True(t, s.Lost && !s.Exists && s.Behind(), "a dropped slot is lost: %+v", s)
 }
