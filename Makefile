@@ -5,7 +5,7 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: help test test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean
+.PHONY: help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -20,6 +20,16 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
 	cd examples/kafka && $(GO) vet ./...
 	cd examples/sqs && $(GO) vet ./... && $(GO) test ./...
+
+PGBOUNCER_URL := postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable&default_query_exec_mode=exec
+
+test-pooled: ## the library's tests through PgBouncer in transaction mode (started on 127.0.0.1:6432; apt-get install pgbouncer); lists the tests left out and why
+	$(GO) run ./internal/testenv/cmd/pgbouncer -listen 6432
+	DATABASE_URL='$(PGBOUNCER_URL)' $(GO) test -v -timeout 30m ./... > test-pooled.txt 2>&1; rc=$$?; \
+	  grep -E '^(ok|FAIL|panic:)|--- FAIL' test-pooled.txt; \
+	  echo "ran through PgBouncer: $$(grep -cE '^\s*--- PASS' test-pooled.txt) passed, $$(grep -cE '^\s*--- FAIL' test-pooled.txt) failed, $$(grep -cE '^\s*--- SKIP' test-pooled.txt) skipped"; \
+	  echo "left out, with why:"; grep -E -- '--- SKIP|needs a direct connection' test-pooled.txt | sed -E 's/^ +//'; \
+	  exit $$rc
 
 test-short: ## the quick tests only
 	$(GO) test -short ./...
@@ -97,4 +107,4 @@ fuzz: ## run every fuzz target for FUZZTIME each (30s unless set); their seed co
 	done
 
 clean: ## remove build output
-	rm -rf bin bench.txt bench-summary.txt bench-scale.txt
+	rm -rf bin test-pooled.txt bench.txt bench-summary.txt bench-scale.txt

@@ -149,6 +149,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	if *interval <= 0 {
 		cfg.Logger = discardLogger
 	}
+	db.standbyOK = true
 	pool, err := db.open(ctx)
 	if err != nil {
 		var ue *usageError

@@ -121,6 +121,9 @@ type dbFlags struct {
 	// maxConns, when positive, sizes the pool unless the URL's
 	// pool_max_conns does.
 	maxConns int
+	// standbyOK lets a command that only reads (status, drift) run on a
+	// read-only standby; every other command refuses one.
+	standbyOK bool
 }
 
 func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
@@ -198,6 +201,12 @@ func (d *dbFlags) openWith(ctx context.Context, needTables bool) (*pgxpool.Pool,
 		pool.Close()
 		return nil, connectError(&cfg.ConnConfig.Config, err)
 	}
+	if !d.standbyOK {
+		if err := checkPrimary(pctx, pool, &cfg.ConnConfig.Config); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	if needTables {
 		if err := checkTables(pctx, pool, d.schema()); err != nil {
 			pool.Close()
@@ -256,6 +265,24 @@ func connectError(cc *pgconn.Config, err error) error {
 		}
 	}
 	return fmt.Errorf("PostgreSQL at %s:%d is unreachable: %w", cc.Host, cc.Port, err)
+}
+
+// errStandby is wrapped by open's error when the URL names a read-only
+// standby.
+var errStandby = errors.New("is a read-only standby")
+
+// checkPrimary fails with a clear message when the server is a standby in
+// recovery, where every write of the command would be refused (SQLSTATE
+// 25006) and retried for nothing.
+func checkPrimary(ctx context.Context, pool *pgxpool.Pool, cc *pgconn.Config) error {
+	var standby bool
+	if err := pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
+		return fmt.Errorf("check for a standby: %w", err)
+	}
+	if standby {
+		return fmt.Errorf("PostgreSQL at %s:%d %w (in recovery): give the primary's URL (or, behind a failover address, the one that follows the primary)", cc.Host, cc.Port, errStandby)
+	}
+	return nil
 }
 
 // oncekitTables are the tables every command but migrate needs.

@@ -44,6 +44,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err := nonNegative(fs, "overdue", "recent"); err != nil {
 		return err
 	}
+	db.standbyOK = true
 	pool, err := db.open(ctx)
 	if err != nil {
 		return err

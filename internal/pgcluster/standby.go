@@ -1,0 +1,57 @@
+package pgcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Standby makes a streaming standby of p with pg_basebackup (-R: it
+// follows p as a hot standby, read-only, in recovery) on a port of its own,
+// starts it and waits until it accepts connections. Its log is p's.
+func (p *Cluster) Standby(ctx context.Context) (*Cluster, error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.MkdirTemp("", "oncekit-pg-standby-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Cluster{bin: p.bin, base: base, data: filepath.Join(base, "data"), logPath: p.logPath, port: port}
+	fail := func(err error) (*Cluster, error) { _ = os.RemoveAll(base); return nil, err }
+	if err := os.Chmod(base, 0o755); err != nil {
+		return fail(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := chownToPostgres(base); err != nil {
+			return fail(err)
+		}
+	}
+	if err := s.run(ctx, "pg_basebackup", "-D", s.data, "-R", "-X", "stream", "--no-sync",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"); err != nil {
+		return fail(err)
+	}
+	// The copied postgresql.conf names p's port and socket: later lines win.
+	conf := fmt.Sprintf("\n# standby\nport = %d\nunix_socket_directories = '%s'\nhot_standby = on\n", port, s.data)
+	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := f.WriteString(conf); err != nil {
+		f.Close()
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
