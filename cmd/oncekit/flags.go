@@ -260,6 +260,11 @@ func connectError(cc *pgconn.Config, err error) error {
 			return fmt.Errorf("role %q cannot log in to %s:%d: %s", cc.User, cc.Host, cc.Port, pgErr.Message)
 		case "42501":
 			return fmt.Errorf("role %q may not connect to database %q: %s", cc.User, cc.Database, pgErr.Message)
+		case "08P01":
+			if pgsql.RefusedStartupParameter(err) {
+				return fmt.Errorf("%s:%d (a connection pooler) refused a start-up parameter of the URL: %s: remove it from the URL and set it for the role instead (ALTER ROLE … SET …); a pooler passes only the parameters it tracks", cc.Host, cc.Port, pgErr.Message)
+			}
+			return fmt.Errorf("PostgreSQL at %s:%d refused the connection: %w", cc.Host, cc.Port, err)
 		default:
 			return fmt.Errorf("PostgreSQL at %s:%d refused the connection: %w", cc.Host, cc.Port, err)
 		}

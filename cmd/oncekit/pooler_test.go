@@ -24,6 +24,14 @@ func TestCommandsConnectThroughPgBouncer(t *testing.T) {
 	code, _, stderr = cli(t, dbVars(db), "migrate", "status")
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, stderr, "startup parameter")
+
+	// A parameter of the URL's own that the pooler refuses is named, with
+	// what to do instead.
+	vars := dbVars(db)
+	vars["DATABASE_URL"] += "&search_path=" + db.Schema
+	code, _, stderr = cli(t, vars, "status")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "(a connection pooler) refused a start-up parameter of the URL: unsupported startup parameter: search_path: remove it from the URL and set it for the role instead")
 }
 
 // A direct connection runs with JIT off, a setting of its session.
