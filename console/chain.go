@@ -193,7 +193,7 @@ func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
 			texts = append(texts, e.ID.String())
 		}
 	}
-	if rows, err = tx.Query(ctx, con.sql.chainClaims, uuids); err != nil {
+	if rows, err = tx.Query(ctx, con.sql.chainClaims, pgsql.UUIDs(uuids)); err != nil {
 		return err
 	}
 	if v.Claims, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainClaim]); err != nil {

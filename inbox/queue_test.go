@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -180,7 +181,7 @@ func TestQueuedStatementFailureFailsItsMessage(t *testing.T) {
 				require.Equal(t, 1, eff[m.ID])
 			}
 			require.Equal(t, len(msgs), b.count(`SELECT count(*) FROM effects WHERE attempt = CASE WHEN message_id = ANY($1) THEN 2 ELSE 1 END`,
-				failingIDs), "the failing messages commit on attempt 2, the others on attempt 1")
+				pgsql.UUIDs(failingIDs)), "the failing messages commit on attempt 2, the others on attempt 1")
 			mu.Lock()
 			defer mu.Unlock()
 			for id := range failing {

@@ -17,6 +17,7 @@ import (
 // settled on one, and JIT off, and returns the plan's text.
 func GenericPlan(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) string {
 	t.Helper()
+	RequireDirect(t, "a plan test reads the generic plan of a statement pgx prepares, which it does not prepare through a pooler")
 	ctx := context.Background()
 	var lines []string
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
