@@ -70,6 +70,10 @@ func StartPgBouncer(ctx context.Context, dir, upstream string) (*PgBouncer, erro
 	if err != nil {
 		return nil, err
 	}
+	// Not a pooling setting: lets the run read SHOW POOLS (Pools).
+	if err := appendFile(filepath.Join(dir, "pgbouncer.ini"), "stats_users = postgres\n"); err != nil {
+		return nil, err
+	}
 	logf, err := os.OpenFile(filepath.Join(dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -139,6 +143,57 @@ func (b *PgBouncer) Close() {
 		_ = syscall.Kill(-b.pgid, syscall.SIGKILL)
 		<-b.done
 	}
+}
+
+// Pools reads the pool's state from PgBouncer's console (SHOW POOLS):
+// clients active and waiting for a server connection, the longest wait,
+// server connections active, idle and logging in. It returns the error's
+// text when the console does not answer.
+func (b *PgBouncer) Pools(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, "postgres://postgres@"+b.addr+"/pgbouncer?sslmode=disable&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		return "console: " + err.Error()
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, "SHOW POOLS")
+	if err != nil {
+		return "console: " + err.Error()
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return "console: " + err.Error()
+		}
+		row := map[string]string{}
+		for i, f := range rows.FieldDescriptions() {
+			row[f.Name] = fmt.Sprint(vals[i])
+		}
+		if row["database"] == "pgbouncer" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: cl_active=%s cl_waiting=%s maxwait=%ss sv_active=%s sv_idle=%s sv_used=%s sv_login=%s",
+			row["database"], row["cl_active"], row["cl_waiting"], row["maxwait"], row["sv_active"], row["sv_idle"], row["sv_used"], row["sv_login"]))
+	}
+	if err := rows.Err(); err != nil {
+		return "console: " + err.Error()
+	}
+	return strings.Join(out, "; ")
+}
+
+func appendFile(path, text string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // waitServing waits until a client reaches PostgreSQL through b again

@@ -68,6 +68,7 @@ func TestPgBouncerInFrontOfTheProxyPassesItsFaults(t *testing.T) {
 	assert.Equal(t, "proxied", logical["relay-1"], "the logical relay needs a session of its own")
 	assert.Equal(t, urls["api-1"], logical["api-1"])
 	require.Error(t, checkPooled(ctx, direct), "a direct connection passed for a pooled one")
+	assert.Regexp(t, `^postgres: cl_active=\d+ cl_waiting=0 maxwait=0s sv_active=\d+ sv_idle=\d+ sv_used=\d+ sv_login=\d+$`, b.Pools(ctx))
 
 	for i, name := range []string{"api-1", "api-2"} {
 		conn, err := pgx.Connect(ctx, urls[name])

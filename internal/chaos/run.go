@@ -281,7 +281,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	wg.Go(func() { res.NATSNodeKills = natsLoop(loadCtx, cluster, opt.Duration, opt.Seed, logf) })
 	wg.Go(func() { res.PGRestarts = pgLoop(loadCtx, pg, opt.Duration, logf) })
 	wg.Go(func() { dropLoop(loadCtx, proxy) })
-	wg.Go(func() { progress(loadCtx, history, sup, logf) })
+	wg.Go(func() { progress(loadCtx, history, sup, bouncer, logf) })
 	hostile := &Hostile{}
 	wg.Go(func() { hostileLoop(loadCtx, cluster.URLs(), 200*time.Millisecond, hostile) })
 	wg.Wait()
@@ -438,11 +438,15 @@ func dropLoop(ctx context.Context, p *PGProxy) {
 	}
 }
 
-func progress(ctx context.Context, h *History, sup *Supervisor, logf func(string, ...any)) {
+func progress(ctx context.Context, h *History, sup *Supervisor, b *PgBouncer, logf func(string, ...any)) {
 	start := time.Now()
 	for wait.Sleep(ctx, 10*time.Second) {
 		st := sup.Stats()
-		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills", time.Since(start).Seconds(), h.Len(), st.Kills, st.CrashPoints)
+		var pools string
+		if b != nil {
+			pools = "; pgbouncer " + b.Pools(ctx)
+		}
+		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills%s", time.Since(start).Seconds(), h.Len(), st.Kills, st.CrashPoints, pools)
 	}
 }
 
