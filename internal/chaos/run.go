@@ -46,6 +46,10 @@ type Options struct {
 	// Relay is the relay the payments example runs: "" (the polling
 	// relay) or "logical" (events in the WAL, the LogicalRelay).
 	Relay string
+	// Pooler is what stands between the daemons and PostgreSQL: "" or
+	// "none" (the chaos proxy alone), or "pgbouncer" (PgBouncer in
+	// transaction mode in front of the proxy; see PgBouncer).
+	Pooler string
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
@@ -61,6 +65,7 @@ type Result struct {
 	DriftExit                           int
 	Drained                             bool
 	Dir                                 string
+	Pooler                              string // Options.Pooler, "none" for none
 }
 
 // Line is the run's machine-readable last line.
@@ -69,8 +74,8 @@ func (r *Result) Line() string {
 	if !r.Verdict.Pass() {
 		verdict = "FAIL violated=" + strings.Join(r.Verdict.Violated(), ",")
 	}
-	return fmt.Sprintf("chaos: %s kills=%d random_kills=%d crashpoint_kills=%d nats_node_kills=%d pg_restarts=%d conn_drops=%d commit_drops=%d drift_exit=%d verdict=%s",
-		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.ConnDrops, r.CommitDrops, r.DriftExit, verdict)
+	return fmt.Sprintf("chaos: %s kills=%d random_kills=%d crashpoint_kills=%d nats_node_kills=%d pg_restarts=%d conn_drops=%d commit_drops=%d drift_exit=%d pooler=%s verdict=%s",
+		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.ConnDrops, r.CommitDrops, r.DriftExit, cmp.Or(r.Pooler, "none"), verdict)
 }
 
 // BrokenBuilds names the payments example's deliberately broken builds
@@ -120,6 +125,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if opt.Relay != "" && opt.Relay != "logical" {
 		return nil, fmt.Errorf("chaos: no relay %q (the polling one, or logical)", opt.Relay)
 	}
+	if opt.Pooler != "" && !slices.Contains(Poolers, opt.Pooler) {
+		return nil, fmt.Errorf("chaos: no pooler %q (there are %s)", opt.Pooler, strings.Join(Poolers, ", "))
+	}
 	if opt.Broken != "" && !slices.Contains(BrokenBuilds, opt.Broken) {
 		return nil, fmt.Errorf("chaos: no broken build %q (there are %s)", opt.Broken, strings.Join(BrokenBuilds, ", "))
 	}
@@ -139,9 +147,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if err := os.Chmod(opt.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	res = &Result{Dir: opt.Dir}
+	res = &Result{Dir: opt.Dir, Pooler: cmp.Or(opt.Pooler, "none")}
 	rng := rand.New(rand.NewPCG(opt.Seed, 1))
-	logf("seed %d, dir %s, duration %s, broken %q, relay %q", opt.Seed, opt.Dir, opt.Duration, opt.Broken, cmp.Or(opt.Relay, "polling"))
+	logf("seed %d, dir %s, duration %s, broken %q, relay %q, pooler %s", opt.Seed, opt.Dir, opt.Duration, opt.Broken, cmp.Or(opt.Relay, "polling"), res.Pooler)
 
 	bin, err := build(ctx, opt.Dir)
 	if err != nil {
@@ -162,6 +170,14 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 		return nil, err
 	}
 	defer proxy.Close()
+	var bouncer *PgBouncer
+	if res.Pooler == "pgbouncer" {
+		if bouncer, err = StartPgBouncer(ctx, filepath.Join(opt.Dir, "pgbouncer"), proxy.Addr()); err != nil {
+			return nil, err
+		}
+		defer bouncer.Close()
+		logf("pgbouncer %s (transaction pooling) in front of the proxy, log in %s", bouncer.Addr(), bouncer.Dir())
+	}
 	cluster, err := StartNATSCluster(ctx, filepath.Join(opt.Dir, "nats"), 3)
 	if err != nil {
 		return nil, err
@@ -176,7 +192,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if opt.Relay == "logical" {
 		logical += "1"
 	}
-	env := []string{"DATABASE_URL=" + proxied, "NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken, logical}
+	env := []string{"NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken, logical}
 	setup := exec.CommandContext(ctx, bin.payments, "setup", "-replicas", "3")
 	setup.Env = append(os.Environ(), "DATABASE_URL="+direct, "NATS_URL="+natsURL, "PAYMENTS_SCHEMA="+schema, logical)
 	if out, err := setup.CombinedOutput(); err != nil {
@@ -229,9 +245,18 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 		{"consume-1", []string{"consume"}}, {"consume-2", []string{"consume"}},
 		{"dispatch-1", []string{"dispatch", "-provider", providerURL}}, {"dispatch-2", []string{"dispatch", "-provider", providerURL}},
 	}
+	var names []string
+	for _, p := range procs {
+		names = append(names, p.name)
+	}
+	urls, err := roleURLs(ctx, bouncer, direct, proxied, opt.Relay, names)
+	if err != nil {
+		return nil, err
+	}
 	var killable []string
 	for _, p := range procs {
-		if err := sup.Start(Role{Name: p.name, Path: bin.payments, Args: p.args, Env: env}); err != nil {
+		roleEnv := append(slices.Clip(env), "DATABASE_URL="+urls[p.name])
+		if err := sup.Start(Role{Name: p.name, Path: bin.payments, Args: p.args, Env: roleEnv}); err != nil {
 			return nil, err
 		}
 		if p.name != "provider" {
@@ -256,7 +281,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	wg.Go(func() { res.NATSNodeKills = natsLoop(loadCtx, cluster, opt.Duration, opt.Seed, logf) })
 	wg.Go(func() { res.PGRestarts = pgLoop(loadCtx, pg, opt.Duration, logf) })
 	wg.Go(func() { dropLoop(loadCtx, proxy) })
-	wg.Go(func() { progress(loadCtx, history, sup, logf) })
+	wg.Go(func() { progress(loadCtx, history, sup, bouncer, logf) })
 	hostile := &Hostile{}
 	wg.Go(func() { hostileLoop(loadCtx, cluster.URLs(), 200*time.Millisecond, hostile) })
 	wg.Wait()
@@ -267,7 +292,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	logf("load and faults over: %d operations; draining", history.Len())
 
 	// Drain: every fault healed, processes restarted without crash points.
-	if err := heal(ctx, cluster, pg); err != nil {
+	if err := heal(ctx, cluster, pg, bouncer, direct); err != nil {
 		return nil, err
 	}
 	pool, err := pgxpool.New(ctx, direct)
@@ -413,22 +438,32 @@ func dropLoop(ctx context.Context, p *PGProxy) {
 	}
 }
 
-func progress(ctx context.Context, h *History, sup *Supervisor, logf func(string, ...any)) {
+func progress(ctx context.Context, h *History, sup *Supervisor, b *PgBouncer, logf func(string, ...any)) {
 	start := time.Now()
 	for wait.Sleep(ctx, 10*time.Second) {
 		st := sup.Stats()
-		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills", time.Since(start).Seconds(), h.Len(), st.Kills, st.CrashPoints)
+		var pools string
+		if b != nil {
+			pools = "; pgbouncer " + b.Pools(ctx)
+		}
+		logf("%3.0fs: %d operations, %d random kills, %d crash-point kills%s", time.Since(start).Seconds(), h.Len(), st.Kills, st.CrashPoints, pools)
 	}
 }
 
-// heal brings every NATS node and PostgreSQL back.
-func heal(ctx context.Context, c *NATSCluster, pg *pgcluster.Cluster) error {
+// heal brings every NATS node and PostgreSQL back, and waits until the
+// pooler, if any, serves again (it reconnects to PostgreSQL by itself).
+func heal(ctx context.Context, c *NATSCluster, pg *pgcluster.Cluster, b *PgBouncer, direct string) error {
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if conn, err := pgx.Connect(hctx, pg.URL("postgres")); err == nil {
 		_ = conn.Close(hctx)
 	} else if err := pg.Start(hctx); err != nil {
 		return fmt.Errorf("postgres: %w", err)
+	}
+	if b != nil {
+		if err := b.waitServing(hctx, direct); err != nil {
+			return err
+		}
 	}
 	// natsLoop restarts every node it kills; a restarted one catches up.
 	return poll(hctx, c.Healthy)

@@ -1,11 +1,11 @@
 // Command chaos runs the payments example under faults and checks that every
-// effect still happened once: `make chaos DURATION=2m [BROKEN=…]`.
+// effect still happened once: `make chaos DURATION=2m [BROKEN=…] [POOLER=pgbouncer]`.
 //
 // It exits 0 when the verdict is PASS, 1 when it is FAIL, 2 on bad flags and
 // 3 when the run itself could not be carried out. Its last line is
 // machine-readable:
 //
-//	chaos: ops=… ok=… failed=… unknown=… … lost=0 duplicate_effects=0 mismatched_keys=0 … verdict=PASS
+//	chaos: ops=… ok=… failed=… unknown=… … lost=0 duplicate_effects=0 mismatched_keys=0 … pooler=none verdict=PASS
 package main
 
 import (
@@ -30,6 +30,7 @@ func main() {
 	seed := fs.Uint64("seed", 0, "seed of the run's random choices (default: the clock)")
 	rate := fs.Float64("rate", 0, "requests started per second (default: as fast as the clients go, up to 100,000 in all)")
 	relay := fs.String("relay", "", "the relay: the polling one (default), or logical (events through the WAL)")
+	pooler := fs.String("pooler", "", "a connection pooler between the daemons and PostgreSQL: none (default), or pgbouncer (transaction mode)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -39,6 +40,10 @@ func main() {
 	}
 	if *relay != "" && *relay != "logical" {
 		fmt.Fprintf(os.Stderr, "chaos: --relay %q: want logical, or nothing for the polling relay\n", *relay)
+		os.Exit(2)
+	}
+	if *pooler != "" && !slices.Contains(chaos.Poolers, *pooler) {
+		fmt.Fprintf(os.Stderr, "chaos: --pooler %q: want one of %s\n", *pooler, strings.Join(chaos.Poolers, ", "))
 		os.Exit(2)
 	}
 	if *rate < 0 {
@@ -51,7 +56,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Rate: *rate, Relay: *relay, Log: os.Stderr})
+	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Rate: *rate, Relay: *relay, Pooler: *pooler, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: the run could not be carried out:", err)
 		os.Exit(3)
