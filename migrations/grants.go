@@ -94,8 +94,7 @@ var needs = map[Component][]tableGrant{
 		{"idempotency_keys", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 		{"idempotency_business_keys", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	},
-	Console: append(slices.Clip(readAll),
-		tableGrant{"idempotency_business_keys", sel}, tableGrant{"console_audit", sel}),
+	Console: append(slices.Clip(readAll), tableGrant{"console_audit", sel}),
 	ConsoleWrite: {
 		{"outbox", []string{"SELECT", "UPDATE"}},       // unpark
 		{"relay_partitions", sel},                      //
@@ -104,7 +103,7 @@ var needs = map[Component][]tableGrant{
 		{"dead_letters", []string{"SELECT", "UPDATE"}}, // replay
 		{"side_effects", []string{"SELECT", "UPDATE"}}, // resolve, retry
 		{"idempotency_keys", []string{"SELECT", "UPDATE"}},
-		{"idempotency_business_keys", []string{"SELECT", "DELETE"}}, // an edge record released
+		{"idempotency_business_keys", []string{"SELECT", "DELETE"}}, // an edge record released (DELETE ... WHERE reads)
 		{"console_audit", []string{"SELECT", "INSERT"}},
 	},
 	Drift: readAll,
