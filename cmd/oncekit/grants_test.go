@@ -445,6 +445,29 @@ func TestDaemonWithARoleMissingOneGrantStopsNamingIt(t *testing.T) {
 	require.Contains(t, stderr, "oncekit drift: could not run: "+want(drift, `SELECT on "`+db.Schema+`".relay_nodes`, "drift", "drift"))
 	t.Logf("drift: exit %d: %s", code, stderr)
 
+	// The inbox consumer, in a service: Run returns at once.
+	consumerRole := grantRole(t, db, migrations.Consumer)
+	revoke(consumerRole, "INSERT", "processed_messages")
+	stream := strings.ToUpper(testenv.Name(t))
+	_, err := natsjs.EnsureStream(ctx, nats.JS, natsjs.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}})
+	require.NoError(t, err)
+	src, err := natsjs.NewSource(ctx, nats.JS, &natsjs.SourceConfig{Stream: stream, Durable: "billing"})
+	require.NoError(t, err)
+	t.Cleanup(src.Close)
+	consumer, err := inbox.NewConsumer(rolePool(t, consumerRole), src, inbox.HandlerFunc(func(context.Context, pgx.Tx, *inbox.Message) error {
+		return nil
+	}), &inbox.Config{Name: "billing", Schema: db.Schema})
+	require.NoError(t, err)
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = consumer.Run(rctx)
+	require.NoError(t, rctx.Err(), "the consumer kept running")
+	var missing *migrations.MissingGrantError
+	require.ErrorAs(t, err, &missing)
+	require.EqualError(t, err, want(consumerRole, `INSERT on "`+db.Schema+`".processed_messages`, "the inbox consumer", "consumer")+
+		" (add --sql to print the statements instead)")
+	t.Logf("inbox.Consumer.Run: %v", err)
+
 	// A role granted nothing is told about the schema first.
 	bare := testenv.NewRole(t, db)
 	code, _, stderr = cli(t, roleVars(db, bare, nats.URL), "status")
