@@ -401,12 +401,15 @@ func TestDaemonWithARoleMissingOneGrantStopsNamingIt(t *testing.T) {
 			"`oncekit migrate grant --schema %s --role %s --for %s`", role.Name, missing, needs, db.Schema, role.Name, component)
 	}
 	binary := func(role *testenv.Role, args ...string) (int, string) {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		bin := testenv.OncekitBinary(t) // built before the clock starts
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(cctx, testenv.OncekitBinary(t), args...)
+		cmd := exec.CommandContext(cctx, bin, args...)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + role.URL, "ONCEKIT_SCHEMA=" + db.Schema, "NATS_URL=" + nats.URL}
+		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, cctx.Err(), "oncekit %s kept running: %s", args[0], out)
+		t.Logf("oncekit %s exited after %v", args[0], time.Since(start).Round(time.Millisecond))
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit, "%s", out)
 		return exit.ExitCode(), string(out)
@@ -467,6 +470,12 @@ func TestDaemonWithARoleMissingOneGrantStopsNamingIt(t *testing.T) {
 	require.EqualError(t, err, want(consumerRole, `INSERT on "`+db.Schema+`".processed_messages`, "the inbox consumer", "consumer")+
 		" (add --sql to print the statements instead)")
 	t.Logf("inbox.Consumer.Run: %v", err)
+
+	// Granting to a role that does not exist says so, and grants nothing.
+	code, _, stderr = cli(t, dbVars(db), "migrate", "grant", "--role", "no_such_role_oncekit", "--for", "relay")
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, `role "no_such_role_oncekit" does not exist`)
+	t.Logf("migrate grant: exit %d: %s", code, stderr)
 
 	// A role granted nothing is told about the schema first.
 	bare := testenv.NewRole(t, db)
