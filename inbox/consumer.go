@@ -15,6 +15,7 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/wait"
+	"github.com/oncekit/oncekit/migrations"
 )
 
 // Consumer processes the messages of a Source with a Handler, once each.
@@ -111,8 +112,9 @@ func (c *Consumer) CheckRetention(ctx context.Context) error {
 	return nil
 }
 
-// Run checks the retention against the source's horizon, then processes
-// messages until ctx ends. Messages in flight when ctx ends are finished
+// Run checks the retention against the source's horizon and the role's
+// privileges (a *migrations.MissingGrantError names the ones missing), then
+// processes messages until ctx ends. Messages in flight when ctx ends are finished
 // (their transactions are not cut short, and handlers get a context that is
 // not cancelled); messages received but not started are handed back to the
 // broker (nak without delay). Run returns nil after a clean stop, and
@@ -125,6 +127,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer c.running.Store(false)
 	if err := c.CheckRetention(ctx); err != nil {
 		return err
+	}
+	// A role missing a grant would fail every claim: stop now, naming it.
+	// Another error (PostgreSQL unreachable) is the claims' to meet.
+	var missing *migrations.MissingGrantError
+	if err := migrations.CheckGrants(ctx, c.db, migrations.Consumer, migrations.WithSchema(c.cfg.Schema)); errors.As(err, &missing) {
+		return err
+	} else if err != nil {
+		c.log.Warn("inbox: could not check the role's grants", "err", err)
 	}
 	if c.gate != nil {
 		if err := c.gate.start(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/console"
+	"github.com/oncekit/oncekit/migrations"
 )
 
 const consoleUsage = `console [--listen ADDR] [--writes] [--prefix PATH] [--reveal] [--replay] [flags]
@@ -60,7 +61,11 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	if *derive != "" {
 		cfg.Derive = strings.Split(*derive, ",")
 	}
-	pool, err := db.open(ctx)
+	component := migrations.Console
+	if *writes {
+		component = migrations.ConsoleWrite
+	}
+	pool, err := db.openFor(ctx, component)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/retention"
+	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
@@ -194,7 +195,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	reg := newRegistry()
 	dc.Logger, dc.Registerer = log, reg
 
-	pool, err := db.open(ctx)
+	pool, err := db.openFor(ctx, migrations.Dispatcher)
 	if err != nil {
 		return err
 	}

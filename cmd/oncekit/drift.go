@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/drift"
+	"github.com/oncekit/oncekit/migrations"
 )
 
 // Exit codes of `oncekit drift`: 0 clean, 1 drift, 2 usage, 3 could not run.
@@ -150,7 +151,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		cfg.Logger = discardLogger
 	}
 	db.standbyOK = true
-	pool, err := db.open(ctx)
+	pool, err := db.openFor(ctx, migrations.Drift)
 	if err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {

@@ -17,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/eventsig"
 	"github.com/oncekit/oncekit/internal/retention"
+	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/outbox"
 )
 
@@ -79,7 +80,11 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	// Enough connections for a worker per partition (up to 64) plus the
 	// loops; the pool opens them only as they are needed.
 	db.maxConns = 64 + 4
-	pool, err := db.open(ctx)
+	component := migrations.Relay
+	if *logical {
+		component = migrations.LogicalRelay
+	}
+	pool, err := db.openFor(ctx, component)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/oncekit/oncekit/internal/report"
+	"github.com/oncekit/oncekit/migrations"
 )
 
 const statusUsage = `status [--json] [--metrics URL ...]
@@ -45,7 +46,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	db.standbyOK = true
-	pool, err := db.open(ctx)
+	pool, err := db.openFor(ctx, migrations.Drift)
 	if err != nil {
 		return err
 	}
