@@ -60,7 +60,9 @@ func (e *PooledError) Error() string {
 		found = e.Err.Error()
 	}
 	return fmt.Sprintf("%v: the logical relay's %s connection found one (%s), and %s. "+
-		"Give NewLogicalRelay a connection string to the server itself, not to the pooler; its pool may stay on the pooler",
+		"Give the relay a connection string to the server itself, not to the pooler "+
+		"(NewLogicalRelay's connString; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL); "+
+		"its pool (oncekit: --database-url) may stay on the pooler",
 		ErrPooled, e.Conn, found, what)
 }
 

@@ -57,7 +57,7 @@ func TestLogicalRelayRefusesAPooledConnString(t *testing.T) {
 	require.True(t, errors.As(err, &pe), "%T", err)
 	require.Equal(t, outbox.PooledLease, pe.Conn)
 	require.Contains(t, err.Error(), "the logical relay's lease connection found one (the server process behind it is not the one it announced), and its lease (a session advisory lock) would outlive the transaction")
-	require.Contains(t, err.Error(), "Give NewLogicalRelay a connection string to the server itself, not to the pooler")
+	require.Contains(t, err.Error(), "Give the relay a connection string to the server itself, not to the pooler (NewLogicalRelay's connString; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL)")
 	require.NotContains(t, logs.String(), "lease taken")
 	var locks int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
