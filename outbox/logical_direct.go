@@ -15,7 +15,7 @@ import (
 
 // ErrPooled is wrapped by a *PooledError: a connection that needs a
 // PostgreSQL session of its own goes through a connection pooler.
-var ErrPooled = pgsql.ErrPooled
+var ErrPooled = errors.New("oncekit: the connection goes through a connection pooler")
 
 // The connections of a LogicalRelay that need a session of their own, as
 // PooledError.Conn names them.
@@ -41,7 +41,7 @@ type PooledError struct {
 	// Err is the pooler's refusal (PgBouncer: "unsupported startup
 	// parameter: replication"), or nil when the pooler accepted the
 	// connection and the server's process ID behind it was not the one the
-	// connection announced (pgsql.Direct).
+	// connection announced.
 	Err error
 }
 
@@ -68,10 +68,11 @@ func (e *PooledError) Error() string {
 
 // Unwrap returns ErrPooled, and the pooler's refusal when there is one.
 func (e *PooledError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{ErrPooled}
+	errs := []error{ErrPooled, pgsql.ErrPooled} // the library's own, for its packages
+	if e.Err != nil {
+		errs = append(errs, e.Err)
 	}
-	return []error{ErrPooled, e.Err}
+	return errs
 }
 
 // stripPoolParams removes pgxpool's parameters (pool_*), which a URL shared

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
@@ -53,6 +54,7 @@ func TestLogicalRelayRefusesAPooledConnString(t *testing.T) {
 	require.NoError(t, ctx.Err(), "Run returned before its deadline")
 	t.Logf("Run: %v", err)
 	require.ErrorIs(t, err, outbox.ErrPooled)
+	require.ErrorIs(t, err, pgsql.ErrPooled)
 	var pe *outbox.PooledError
 	require.True(t, errors.As(err, &pe), "%T", err)
 	require.Equal(t, outbox.PooledLease, pe.Conn)
