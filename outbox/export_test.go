@@ -6,3 +6,6 @@ var PartitionOf = partitionOf
 // SkipMovedCheck turns the relay's check against a moved cluster off (true)
 // or on, to show what the relay did without it.
 func SkipMovedCheck(skip bool) { skipMovedCheck.Store(skip) }
+
+// ConnectReplication is connectReplication, for the external tests.
+var ConnectReplication = connectReplication

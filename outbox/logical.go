@@ -94,8 +94,9 @@ func (c *LogicalRelayConfig) validate() error {
 // which the broker acknowledged: after a crash PostgreSQL sends again what
 // was not confirmed, and the broker's deduplication (Nats-Msg-Id) absorbs
 // what had gone out. One relay streams at a time: it holds a lease (an
-// advisory lock) that a standby waits for. docs/logical-relay.md has the
-// set-up (wal_level=logical, PostgreSQL 14 or later).
+// advisory lock, on a direct connection of its own) that a standby waits
+// for. docs/logical-relay.md has the set-up (wal_level=logical, PostgreSQL
+// 14 or later, a connection string that reaches the server directly).
 type LogicalRelay struct {
 	pool oncekit.Pool
 	conn string // the replication connection's string
@@ -116,8 +117,10 @@ type LogicalRelay struct {
 
 // NewLogicalRelay returns a relay for ob's schema: it streams through a
 // replication connection to connString (a database's, to which it adds
-// replication=database) and uses pool for its lease, its slot's set-up and
-// the outbox table.
+// replication=database), holds its lease on a connection of its own to
+// connString, and uses pool for its slot's set-up and the outbox table.
+// connString must reach the server directly, pool may go through a
+// transaction pooler: Run returns a *PooledError when connString does not.
 func NewLogicalRelay(pool oncekit.Pool, connString string, ob *Outbox, pub broker.Publisher, cfg *LogicalRelayConfig) (*LogicalRelay, error) {
 	if pool == nil || ob == nil || pub == nil || connString == "" {
 		return nil, fmt.Errorf("%w: NewLogicalRelay: pool, connection string, outbox and publisher are required", ErrInvalidConfig)
@@ -172,6 +175,13 @@ func (r *LogicalRelay) Run(ctx context.Context) error {
 			wg.Wait()
 			return err
 		}
+		if errors.Is(err, ErrPooled) {
+			// No retry changes what the connection string reaches.
+			r.log.Error("logical relay stopped: its connection string reaches a connection pooler", "err", err)
+			cancel()
+			wg.Wait()
+			return err
+		}
 		r.log.Warn("logical relay stream ended; starting again", "err", err, "wait", pause)
 		wait.Sleep(ctx, pause)
 	}
@@ -197,13 +207,15 @@ const leaseSQL = `SELECT pg_try_advisory_lock(hashtextextended('oncekit.logical_
 // leased takes the lease (waiting for it), sets the slot up and streams
 // while the lease holds.
 func (r *LogicalRelay) leased(ctx context.Context) error {
-	c, err := r.pool.Acquire(ctx)
+	// The lock lives with the session: it is taken on a connection of its
+	// own, to the server itself (a transaction pooler would leave it on a
+	// server connection the next client inherits), closed when the lease
+	// ends.
+	c, err := connectLease(ctx, r.conn)
 	if err != nil {
-		return fmt.Errorf("acquire the lease's connection: %w", err)
+		return err
 	}
-	// The lock lives with the session: the connection is closed, not put
-	// back in the pool, so that no one else inherits it.
-	defer func() { _ = c.Conn().Close(context.WithoutCancel(ctx)); c.Release() }()
+	defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
 	// Another relay may stream between this one's leases: what this one
 	// knew of the slot holds within a lease only.
 	r.known.Store(0)
@@ -272,6 +284,9 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 		err = r.stream(sctx)
 		if sctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, ErrPooled) {
+			return err
 		}
 		if lost := r.refreshSlot(sctx, true); errors.Is(lost, ErrSlotLost) {
 			return lost
@@ -367,19 +382,9 @@ type walEvent struct {
 // decoded as soon as it is there, so that no round waits for the next to be
 // read, nor the next for a timer.
 func (r *LogicalRelay) stream(ctx context.Context) error {
-	cfg, err := pgconn.ParseConfig(replicationString(r.conn))
+	conn, err := connectReplication(ctx, r.conn)
 	if err != nil {
-		return fmt.Errorf("replication connection string: %w", err)
-	}
-	for k := range cfg.RuntimeParams {
-		if strings.HasPrefix(k, "pool_") { // pgxpool's, in a URL both share
-			delete(cfg.RuntimeParams, k)
-		}
-	}
-	cfg.RuntimeParams["application_name"] = "oncekit-logical-relay"
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("replication connection: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	err = pglogrepl.StartReplication(ctx, conn, r.ob.slot, 0, pglogrepl.StartReplicationOptions{

@@ -32,7 +32,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	var nf natsFlags
 	db.register(fs, e)
 	nf.register(fs, e)
-	var listenFlag envString
+	var listenFlag, replURLFlag envString
 	var (
 		cfg       outbox.RelayConfig
 		stream    = fs.String("stream", "", "create or update this JetStream stream at start (with --subjects); by default the stream must exist")
@@ -45,6 +45,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		logical   = fs.Bool("logical", false, "follow the WAL through a replication slot (producers enqueue with outbox.Config.Logical; wal_level=logical) instead of polling the outbox table; the table's relay runs too, for parked and older rows")
 		slot      = fs.String("slot", "", "`NAME` of the replication slot and publication of --logical (default oncekit_ and the schema)")
 	)
+	fs.Var(&replURLFlag, "replication-url", "PostgreSQL `URL` of --logical's replication stream and lease, which need a direct connection to the server, not a pooler's (default: env ONCEKIT_REPLICATION_URL, else the database URL); the rest may go through a pooler")
 	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
 	fs.StringVar(&cfg.ID, "id", "", "name of this relay in the lease tables (default hostname-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", 1000, "most rows read and published at once per partition")
@@ -76,6 +77,15 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 
 	if err := nonNegative(fs, "lease", "poll-interval", "busy-poll-interval", "publish-timeout"); err != nil {
 		return err
+	}
+	if replURLFlag.set && !*logical {
+		return usagef("--replication-url needs --logical")
+	}
+	// The stream and the lease need the server itself; the pool may go
+	// through a pooler.
+	replURL := replURLFlag.resolve(e, "ONCEKIT_REPLICATION_URL", db.url())
+	if err := checkURL(replURL); err != nil {
+		return usagef("--replication-url: %v", err)
 	}
 	// Enough connections for a worker per partition (up to 64) plus the
 	// loops; the pool opens them only as they are needed.
@@ -130,7 +140,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		if !flagSet(fs, "poll-interval") {
 			cfg.PollInterval = 0 // the logical relay's default for its table
 		}
-		relay, err = outbox.NewLogicalRelay(pool, db.url(), ob, pub, &outbox.LogicalRelayConfig{
+		relay, err = outbox.NewLogicalRelay(pool, replURL, ob, pub, &outbox.LogicalRelayConfig{
 			PublishTimeout: cfg.PublishTimeout, BatchSize: cfg.BatchSize, Table: cfg, Logger: log,
 			Registerer: reg})
 	} else {
@@ -149,7 +159,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if err := relay.Run(ctx); err != nil {
-		return err
+		return err // a *PooledError names --replication-url
 	}
 	return nil
 }

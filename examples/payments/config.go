@@ -48,6 +48,10 @@ type config struct {
 	// Logical writes events into the WAL and runs the logical relay
 	// (PAYMENTS_LOGICAL=1; wal_level = logical).
 	Logical bool
+	// ReplicationURL is the logical relay's stream and lease, which need
+	// the server itself when DatabaseURL goes through a pooler
+	// (PAYMENTS_REPLICATION_URL; default DatabaseURL).
+	ReplicationURL string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -60,6 +64,8 @@ func parseConfig(role string, args []string, stderr io.Writer) (*config, []strin
 		ProviderURL: getenv("PROVIDER_URL", "http://127.0.0.1:8090"),
 		Broken:      os.Getenv("PAYMENTS_BROKEN"),
 		Logical:     os.Getenv("PAYMENTS_LOGICAL") == "1",
+		// Read after the flags: its default is the database URL.
+		ReplicationURL: os.Getenv("PAYMENTS_REPLICATION_URL"),
 	}
 	fs := flag.NewFlagSet("payments "+role, flag.ContinueOnError)
 	fs.SetOutput(stderr)

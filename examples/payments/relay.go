@@ -49,7 +49,11 @@ func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, c
 		Logger:         log,
 	}
 	if cfg.Logical {
-		return outbox.NewLogicalRelay(pool, cfg.DatabaseURL, ob, pub, &outbox.LogicalRelayConfig{
+		repl := cfg.ReplicationURL
+		if repl == "" {
+			repl = cfg.DatabaseURL
+		}
+		return outbox.NewLogicalRelay(pool, repl, ob, pub, &outbox.LogicalRelayConfig{
 			PublishTimeout: 5 * time.Second, StatusInterval: time.Second, Table: table, Logger: log,
 		})
 	}
