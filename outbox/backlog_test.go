@@ -21,6 +21,7 @@ import (
 // query that runs in one.
 func TestBacklogIsNotJITCompiled(t *testing.T) {
 	t.Parallel()
+	testenv.RequireDirect(t, "it sets JIT start-up parameters, which a pooler refuses")
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	cfg, err := pgxpool.ParseConfig(db.URL)

@@ -347,6 +347,7 @@ INSERT INTO relay_partitions (partition, cursor_txid, cursor_seq)
 
 func TestRelaySurvivesLostDatabaseConnections(t *testing.T) {
 	t.Parallel()
+	testenv.RequireDirect(t, "it ends the relay's server connections by their application_name, which a pooler's do not carry")
 	b := setup(t)
 	ctx := context.Background()
 	b.ob = newOutbox(t, b.db, outbox.Config{Notify: true})

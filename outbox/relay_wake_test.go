@@ -8,11 +8,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
 
 func TestRelayWakesOnNotify(t *testing.T) {
 	t.Parallel()
+	testenv.RequireDirect(t, "the relay LISTENs only on a direct pool")
 	b := setup(t)
 	b.ob = newOutbox(t, b.db, outbox.Config{Notify: true})
 	pub, _ := publisher(t, b.nats.URL)

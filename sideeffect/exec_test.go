@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/sideeffect"
 )
 
@@ -51,6 +52,7 @@ func TestDispatchOnADBWithoutBatches(t *testing.T) {
 // default.
 func TestDispatcherStatementsUseGenericPlans(t *testing.T) {
 	t.Parallel()
+	testenv.RequireDirect(t, "it counts the generic plans of prepared statements, which pgx does not prepare through a pooler")
 	b := setup(t)
 	rc := newReceiver(t)
 	keys := b.record(t, "order.paid", 20)
