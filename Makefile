@@ -29,7 +29,7 @@ test-pooled: ## the library's tests through PgBouncer in transaction mode (start
 	DATABASE_URL='$(PGBOUNCER_URL)' $(GO) test -v -timeout 30m $$($(GO) list ./... | grep -v /internal/chaos) > test-pooled.txt 2>&1; rc=$$?; \
 	  grep -E '^(ok|FAIL|panic:)|--- FAIL' test-pooled.txt; \
 	  echo "ran through PgBouncer: $$(grep -cE '^\s*--- PASS' test-pooled.txt) passed, $$(grep -cE '^\s*--- FAIL' test-pooled.txt) failed, $$(grep -cE '^\s*--- SKIP' test-pooled.txt) skipped"; \
-	  echo "left out, with why:"; grep -E -- '--- SKIP|needs a direct connection' test-pooled.txt | sed -E 's/^ +//'; \
+	  echo "left out, with why:"; grep -A1 'needs a direct connection to PostgreSQL' test-pooled.txt | grep -v '^--$$' | sed -E 's/^ +//'; \
 	  exit $$rc
 
 test-short: ## the quick tests only
