@@ -21,6 +21,15 @@ func Register(m *pgtype.Map) {
 	t := &pgtype.Type{Name: "uuid", OID: pgtype.UUIDOID, Codec: uuidCodec{}}
 	m.RegisterType(t)
 	m.RegisterType(&pgtype.Type{Name: "_uuid", OID: pgtype.UUIDArrayOID, Codec: &pgtype.ArrayCodec{ElementType: t}})
+	// Where nothing describes a parameter (default_query_exec_mode=exec, the
+	// mode behind a transaction pooler), pgx picks its type from the Go
+	// value: without these, a slice of UUIDs has none and cannot be sent.
+	for _, v := range []any{uuid.UUID{}, [16]byte{}} {
+		m.RegisterDefaultPgType(v, "uuid")
+	}
+	for _, v := range []any{[]uuid.UUID(nil), [][16]byte(nil)} {
+		m.RegisterDefaultPgType(v, "_uuid")
+	}
 }
 
 // uuidCodec is pgx's UUIDCodec with plans for uuid.UUID first.
