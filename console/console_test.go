@@ -343,8 +343,9 @@ func TestEffectCountsSayWhenTheyStoppedAtTheCap(t *testing.T) {
 }
 
 // The overview and the outbox page show the logical relay's slot when the
-// schema runs in logical mode: here its publication without its slot, a
-// dropped slot, which is lost; without logical mode no slot is shown.
+// schema runs in logical mode: here its publication and its record in
+// logical_slots without the slot, a dropped slot, which is lost; without
+// logical mode no slot is shown.
 func TestPagesShowTheLogicalSlot(t *testing.T) {
 	t.Parallel()
 	srv, db, _ := server(t, console.Config{})
@@ -352,6 +353,8 @@ func TestPagesShowTheLogicalSlot(t *testing.T) {
 		require.NotContains(t, get(t, srv.URL+path).body, `id="slot"`, path)
 	}
 	_, err := db.Pool.Exec(context.Background(), `CREATE PUBLICATION `+pgx.Identifier{"oncekit_" + db.Schema}.Sanitize())
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `INSERT INTO `+pgx.Identifier{db.Schema, "logical_slots"}.Sanitize()+` (slot) VALUES ($1)`, "oncekit_"+db.Schema)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, _ = db.Pool.Exec(context.Background(), `DROP PUBLICATION IF EXISTS `+pgx.Identifier{"oncekit_" + db.Schema}.Sanitize())

@@ -30,8 +30,9 @@ const (
 	// Relay is the polling relay (outbox.Relay, `oncekit relay`).
 	Relay Component = "relay"
 	// LogicalRelay is the logical-decoding relay (`oncekit relay
-	// --logical`): the relay's privileges and INSERT on the outbox, where it
-	// writes what it could not publish. Its role also needs the REPLICATION
+	// --logical`): the relay's privileges, INSERT on the outbox, where it
+	// writes what it could not publish, and INSERT on logical_slots, where
+	// it records the slot it creates. Its role also needs the REPLICATION
 	// attribute, which Grant never gives (see docs/operations.md).
 	LogicalRelay Component = "logical-relay"
 	// Consumer is the inbox (inbox.Consumer): claims and dead letters.
@@ -61,6 +62,7 @@ var (
 	readAll = []tableGrant{
 		{"outbox", sel}, {"relay_partitions", sel}, {"relay_nodes", sel}, {"processed_messages", sel},
 		{"dead_letters", sel}, {"side_effects", sel}, {"idempotency_keys", sel},
+		{"logical_slots", sel}, // outbox.SlotStatus
 	}
 )
 
@@ -82,6 +84,7 @@ var needs = map[Component][]tableGrant{
 		{"outbox", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 		{"relay_partitions", []string{"SELECT", "UPDATE"}},
 		{"relay_nodes", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+		{"logical_slots", []string{"SELECT", "INSERT"}}, // SetUpLogical records the slot it creates
 	},
 	Consumer: {
 		{"processed_messages", []string{"SELECT", "INSERT", "DELETE"}}, // claims, retention
@@ -105,6 +108,7 @@ var needs = map[Component][]tableGrant{
 		{"idempotency_keys", []string{"SELECT", "UPDATE"}},
 		{"idempotency_business_keys", []string{"SELECT", "DELETE"}}, // an edge record released (DELETE ... WHERE reads)
 		{"console_audit", []string{"SELECT", "INSERT"}},
+		{"logical_slots", sel}, // outbox.SlotStatus
 	},
 	Drift: readAll,
 }

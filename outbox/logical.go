@@ -19,6 +19,7 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/cfgerr"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -306,10 +307,15 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 // publication pgoutput reads (empty: messages need no table) and the
 // replication slot, both named Config.Slot. Run it before the first
 // Enqueue: the slot decodes only what commits after its creation. db must
-// not be in a transaction that wrote. A publication found without its slot
-// means the slot was dropped: SetUpLogical then returns a *SlotLostError
-// (ErrSlotLost) rather than create a slot that would skip what the old one
-// held.
+// not be in a transaction that wrote.
+//
+// Having created the slot it records so in the schema's logical_slots
+// table, apart from the publication (which the schema's owner may create
+// beforehand, so that the relay's role needs no CREATE). A slot missing
+// while its row is there was dropped: SetUpLogical then returns a
+// *SlotLostError (ErrSlotLost) rather than create a slot that would skip
+// what the old one held. A slot found without its row (set up before the
+// table existed) gets its row.
 func (o *Outbox) SetUpLogical(ctx context.Context, db oncekit.Querier) error {
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)`, o.slot).Scan(&exists); err != nil {
@@ -320,14 +326,15 @@ func (o *Outbox) SetUpLogical(ctx context.Context, db oncekit.Querier) error {
 			return fmt.Errorf("outbox: create the publication: %w", err)
 		}
 	}
-	published := exists
-	if err := db.QueryRow(ctx, slotExistsSQL, o.slot).Scan(&exists); err != nil {
+	var created *time.Time
+	if err := db.QueryRow(ctx, pgsql.Render(`SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1),
+		(SELECT created_at FROM {schema}.logical_slots WHERE slot = $1)`, o.schema), o.slot).Scan(&exists, &created); err != nil {
 		return fmt.Errorf("outbox: look up the slot: %w", err)
 	}
-	if !exists && published {
-		// The publication outlived its slot: the slot was dropped, and a
-		// new one would skip what it held.
-		return &SlotLostError{Slot: o.slot, Reason: "dropped"}
+	if !exists && created != nil {
+		// The slot was made once and is gone: a new one would skip what
+		// it held.
+		return &SlotLostError{Slot: o.slot, Reason: "dropped", Created: *created}
 	}
 	if !exists {
 		// PostgreSQL 17 keeps a failover slot on the standbys that sync
@@ -343,6 +350,12 @@ func (o *Outbox) SetUpLogical(ctx context.Context, db oncekit.Querier) error {
 		_, err := db.Exec(ctx, create, o.slot)
 		if err != nil && !isCode(err, "42710") {
 			return fmt.Errorf("outbox: create the slot: %w", err)
+		}
+	}
+	if created == nil {
+		_, err := db.Exec(ctx, pgsql.Render(`INSERT INTO {schema}.logical_slots (slot) VALUES ($1) ON CONFLICT DO NOTHING`, o.schema), o.slot)
+		if err != nil {
+			return fmt.Errorf("outbox: record the slot in logical_slots: %w", err)
 		}
 	}
 	return nil

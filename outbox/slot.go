@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // SlotStatus is the state of the replication slot a LogicalRelay streams
@@ -17,20 +19,28 @@ import (
 type SlotStatus struct {
 	// Name is the slot's (and the publication's) name.
 	Name string `json:"name"`
-	// SetUp says that logical mode was set up for the schema: the slot or
-	// its publication exists (SetUpLogical creates both). Without it the
-	// schema runs the polling relay and the other fields are zero.
+	// SetUp says that logical mode was set up for the schema: the slot,
+	// its publication or its row in logical_slots exists (SetUpLogical
+	// creates all three; the schema's owner may create the publication
+	// beforehand). Without it the schema runs the polling relay and the
+	// other fields are zero.
 	SetUp bool `json:"set_up"`
-	// Exists says that the slot exists. A publication without its slot
-	// means the slot was dropped: Lost is then set.
+	// Exists says that the slot exists. A slot missing while CreatedAt is
+	// set was dropped: Lost is then set. A publication without its slot
+	// and without CreatedAt waits for its first relay, which creates the
+	// slot.
 	Exists bool `json:"exists"`
+	// CreatedAt is when SetUpLogical created the slot, from its row in the
+	// schema's logical_slots table, which outlives the slot; nil when
+	// oncekit never recorded creating it.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
 	// Active says that a relay streams from the slot now.
 	Active bool `json:"active"`
 	// WALStatus is PostgreSQL's wal_status: reserved, extended, unreserved
 	// (past max_slot_wal_keep_size, about to be invalidated) or lost.
 	WALStatus string `json:"wal_status,omitempty"`
 	// Lost says that the slot can no longer be streamed from: dropped
-	// (the publication exists without it) or invalidated (wal_status lost,
+	// (CreatedAt is set and the slot is gone) or invalidated (wal_status lost,
 	// its WAL removed after it passed max_slot_wal_keep_size). Events
 	// enqueued since its confirmed position may never be published; the
 	// relay stops with a *SlotLostError.
@@ -67,13 +77,14 @@ type SlotStatus struct {
 // outbox table holds.
 func (s SlotStatus) Behind() bool { return s.Lost || (s.Exists && s.LagBytes > 0) }
 
-// slotStatusSQL reads the slot named $1 and its publication in one
-// statement. The server's position on a standby is its replay position.
+// slotStatusSQL reads the slot named $1, its publication and its row in
+// logical_slots in one statement. The server's position on a standby is its replay position.
 // inactive_since (PostgreSQL 17) is read through to_jsonb so that one
 // statement serves every version.
 const slotStatusSQL = `
 WITH pos AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn)
 SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1),
+	(SELECT created_at FROM {schema}.logical_slots WHERE slot = $1),
 	s.slot_name IS NOT NULL, coalesce(s.active, false), coalesce(s.wal_status, ''),
 	coalesce(s.confirmed_flush_lsn::text, ''), coalesce(s.restart_lsn::text, ''),
 	coalesce(greatest(p.lsn - s.confirmed_flush_lsn, 0)::int8, 0), coalesce(greatest(p.lsn - s.restart_lsn, 0)::int8, 0),
@@ -85,19 +96,20 @@ SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1),
 FROM pos p LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.slot_type = 'logical'`
 
 // SlotStatus reads the state of the outbox's replication slot
-// (Config.Slot) and its publication. Any role may read it (lag in time
-// needs pg_read_all_stats), in a read-only transaction too, on a primary
+// (Config.Slot), its publication and its row in logical_slots. A role
+// needs SELECT on logical_slots (the console, drift and logical-relay
+// grants have it; lag in time needs pg_read_all_stats), in a read-only transaction too, on a primary
 // or a standby. A schema without logical mode gets SetUp false.
 func (o *Outbox) SlotStatus(ctx context.Context, q oncekit.Querier) (SlotStatus, error) {
 	s := SlotStatus{Name: o.slot}
 	var pub bool
-	err := q.QueryRow(ctx, slotStatusSQL, o.slot).Scan(&pub, &s.Exists, &s.Active, &s.WALStatus,
+	err := q.QueryRow(ctx, pgsql.Render(slotStatusSQL, o.schema), o.slot).Scan(&pub, &s.CreatedAt, &s.Exists, &s.Active, &s.WALStatus,
 		&s.ConfirmedLSN, &s.RestartLSN, &s.LagBytes, &s.RetainedBytes, &s.SafeWALBytes, &s.LagSeconds)
 	if err != nil {
 		return SlotStatus{}, fmt.Errorf("outbox: read the replication slot %q: %w", o.slot, err)
 	}
-	s.SetUp = pub || s.Exists
-	s.Lost = (pub && !s.Exists) || s.WALStatus == "lost"
+	s.SetUp = pub || s.Exists || s.CreatedAt != nil
+	s.Lost = (s.CreatedAt != nil && !s.Exists) || s.WALStatus == "lost"
 	if s.WALStatus == "lost" {
 		s.LagBytes, s.RetainedBytes = 0, 0 // its WAL is gone
 	}
@@ -121,6 +133,9 @@ type SlotLostError struct {
 	// Confirmed is the last position known confirmed, when known: events
 	// committed after it may be missing from the stream.
 	Confirmed string
+	// Created is when SetUpLogical created the slot (its row in
+	// logical_slots), when known.
+	Created time.Time
 }
 
 // Error implements error.
@@ -128,7 +143,11 @@ func (e *SlotLostError) Error() string {
 	var what string
 	switch e.Reason {
 	case "dropped":
-		what = fmt.Sprintf("replication slot %q was dropped (its publication exists without it)", e.Slot)
+		when := ""
+		if !e.Created.IsZero() {
+			when = " on " + e.Created.UTC().Format(time.RFC3339)
+		}
+		what = fmt.Sprintf("replication slot %q was dropped (oncekit created it%s, as its row in logical_slots records, and it is gone)", e.Slot, when)
 	case "invalidated":
 		what = fmt.Sprintf("replication slot %q was invalidated (wal_status lost: it held more WAL than max_slot_wal_keep_size and the server removed it)", e.Slot)
 	default:
@@ -140,8 +159,8 @@ func (e *SlotLostError) Error() string {
 	}
 	return fmt.Sprintf("%v: %s; events committed after %s may never be published, and the relay will not stream from a new slot. "+
 		"Publish what is missing again from the business data (or accept its loss), then drop the slot if it is left "+
-		"(SELECT pg_drop_replication_slot('%s')) and the publication (DROP PUBLICATION %s), and start the relay again: "+
-		"it sets up both anew (docs/runbook.md#oncekitoutboxslotlost)",
+		"(SELECT pg_drop_replication_slot('%s')) and its row (DELETE FROM logical_slots WHERE slot = '%s', in the outbox's schema), "+
+		"and start the relay again: it creates the slot anew (docs/runbook.md#oncekitoutboxslotlost)",
 		ErrSlotLost, what, since, e.Slot, e.Slot)
 }
 
@@ -157,10 +176,14 @@ func slotLost(s SlotStatus, known pglogrepl.LSN) error {
 		if known > 0 {
 			c = known.String()
 		}
-		return &SlotLostError{Slot: s.Name, Reason: reason, Confirmed: c}
+		lost := &SlotLostError{Slot: s.Name, Reason: reason, Confirmed: c}
+		if s.CreatedAt != nil {
+			lost.Created = *s.CreatedAt
+		}
+		return lost
 	}
 	switch {
-	case !s.Exists && (s.SetUp || known > 0):
+	case !s.Exists && (s.CreatedAt != nil || known > 0):
 		return lost("dropped")
 	case s.WALStatus == "lost":
 		return lost("invalidated")

@@ -20,8 +20,10 @@ import (
 
 // The logical relay runs under a role of its own with the logical-relay
 // grants and the REPLICATION attribute, and no CREATE: the owner made the
-// publication beforehand. Producers writing into the WAL need only the
-// producer grants.
+// publication beforehand, and the relay creates the slot at its first start
+// and records it in logical_slots (a publication without a slot and
+// without that record is a slot not yet made, not a dropped one).
+// Producers writing into the WAL need only the producer grants.
 func TestLogicalRelayRunsUnderItsOwnReplicationRole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -42,10 +44,11 @@ func TestLogicalRelayRunsUnderItsOwnReplicationRole(t *testing.T) {
 	stream := strings.ToUpper(testenv.Name(t))
 	relay := startOncekit(t, roleVars(db, relayRole, nats.URL), "relay", "--logical", "--stream", stream, "--subjects", stream+".>")
 	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n))
-		return n == 1
-	}, 30*time.Second, 20*time.Millisecond, "the relay made no slot: %s", relay.out)
+		var n, recorded int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1),
+			(SELECT count(*) FROM logical_slots WHERE slot = $1)`, slot).Scan(&n, &recorded))
+		return n == 1 && recorded == 1
+	}, 30*time.Second, 20*time.Millisecond, "the relay made and recorded no slot: %s", relay.out)
 
 	ob, err := outbox.New(&outbox.Config{Schema: db.Schema, Logical: true})
 	require.NoError(t, err)

@@ -141,7 +141,7 @@ func slotLine(s outbox.SlotStatus) string {
 	head := "slot " + s.Name + " (logical mode): "
 	switch {
 	case s.Lost && !s.Exists:
-		return head + "LOST, dropped (its publication exists without it): the relay stops; see the runbook !"
+		return head + "LOST, dropped (oncekit created it and it is gone): the relay stops; see the runbook !"
 	case s.Lost:
 		return head + "LOST, invalidated (wal_status lost, past max_slot_wal_keep_size): the relay stops; see the runbook !"
 	}

@@ -158,5 +158,5 @@ func TestStatusShowsTheLogicalSlot(t *testing.T) {
 	require.NoError(t, err)
 	code, out, stderr = cli(t, dbVars(db), "status")
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, out, "LOST, dropped (its publication exists without it): the relay stops; see the runbook !")
+	require.Contains(t, out, "LOST, dropped (oncekit created it and it is gone): the relay stops; see the runbook !")
 }
