@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit"
 )
 
 // ErrStatementBroken is wrapped by a Watch's Err: a statement of the
 // daemon's loop fails in a way sending it again cannot cure (Broken).
-var ErrStatementBroken = errors.New("a statement PostgreSQL refuses as sent")
+var ErrStatementBroken = oncekit.ErrStatementBroken
 
 // WatchLogInterval is how often a Watch logs a cause that persists.
 const WatchLogInterval = time.Minute
