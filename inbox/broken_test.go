@@ -58,7 +58,7 @@ func TestClaimRefusedForEveryMessageIsAnErrorCountedAndUnhealthy(t *testing.T) {
 	require.Zero(t, c.Stats().Processed+c.Stats().DeadLettered+c.Stats().Terminated)
 	out := logs.String()
 	require.Equal(t, 1, strings.Count(out, "level=ERROR"), "one error line for the cause, however many messages:\n%s", out)
-	require.Contains(t, out, `msg="statement refused by PostgreSQL as sent; retrying with backoff until an operator fixes the cause" consumer=broken-claim statement=claim class=42`)
+	require.Contains(t, out, `msg="statement refused by PostgreSQL as sent; it fails until an operator fixes the cause" consumer=broken-claim statement=claim class=42`)
 	require.NotContains(t, out, "level=WARN", "no warning per message")
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "level=ERROR") {

@@ -92,7 +92,7 @@ func (w *Watch) Failed(statement string, err error) bool {
 	since := c.since
 	w.mu.Unlock()
 	if logNow {
-		w.log.Error("statement refused by PostgreSQL as sent; retrying with backoff until an operator fixes the cause",
+		w.log.Error("statement refused by PostgreSQL as sent; it fails until an operator fixes the cause",
 			"statement", statement, "class", class, "failures", n, "since", since.UTC().Format(time.RFC3339),
 			"err", truncate(err.Error()))
 	}
