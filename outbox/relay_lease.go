@@ -170,7 +170,6 @@ func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
 		r.failed("acquire", err, "acquiring partitions failed")
 		return
 	}
-	r.watch.OK("acquire")
 	if len(got) > 0 {
 		parts := make([]int32, len(got))
 		for i, l := range got {
@@ -183,10 +182,13 @@ func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
 			if errors.Is(err, ErrClusterMoved) {
 				r.stopMoved(err)
 			} else {
-				r.log.Warn("acquiring partitions failed", "err", err)
+				r.failed("acquire", err, "acquiring partitions failed")
 			}
 			return
 		}
+		// Healed only by partitions acquired and checked: with none free
+		// the check that failed has not run again.
+		r.watch.OK("acquire")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

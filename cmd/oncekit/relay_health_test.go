@@ -51,6 +51,16 @@ func TestRelayHealthzReportsAStatementRefused(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	require.Eventually(t, func() bool { c, _ := healthz(); return c == http.StatusOK }, 30*time.Second, 20*time.Millisecond, stderr.String())
+	// Every partition held, so the grant goes away under running workers.
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close() //nolint:errcheck
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "\noncekit_outbox_partitions_owned 16\n")
+	}, 30*time.Second, 20*time.Millisecond, stderr.String())
 
 	role.Exec(t, db, `REVOKE SELECT ON outbox FROM %s`)
 	ob, err := outbox.New(&outbox.Config{Schema: db.Schema})

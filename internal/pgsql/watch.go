@@ -40,7 +40,8 @@ type Watch struct {
 	now      func() time.Time
 
 	mu     sync.Mutex
-	failed map[string]*cause // by statement
+	failed map[string]*cause    // by statement
+	logged map[string]time.Time // by statement and cause: its last error line
 }
 
 // cause is a statement's current failure.
@@ -59,7 +60,8 @@ func NewWatch(log *slog.Logger, count func(statement, class string)) *Watch {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Watch{log: log, count: count, interval: WatchLogInterval, now: time.Now, failed: map[string]*cause{}}
+	return &Watch{log: log, count: count, interval: WatchLogInterval, now: time.Now,
+		failed: map[string]*cause{}, logged: map[string]time.Time{}}
 }
 
 // Failed records err from the daemon's statement (a short, fixed name:
@@ -84,9 +86,14 @@ func (w *Watch) Failed(statement string, err error) bool {
 	c.err = err
 	c.failures++
 	c.unlogged++
-	logNow := c.logged.IsZero() || now.Sub(c.logged) >= w.interval
+	// Once per interval for a statement and cause, even when it flaps
+	// (a success in between, as when a grant is taken away under
+	// statements already running).
+	last, seen := w.logged[statement+"\x00"+key]
+	logNow := !seen || now.Sub(last) >= w.interval
 	var n int64
 	if logNow {
+		w.logged[statement+"\x00"+key] = now
 		c.logged, n, c.unlogged = now, c.unlogged, 0
 	}
 	since := c.since
@@ -105,7 +112,7 @@ func (w *Watch) OK(statement string) {
 	c := w.failed[statement]
 	delete(w.failed, statement)
 	w.mu.Unlock()
-	if c != nil {
+	if c != nil && !c.logged.IsZero() {
 		w.log.Info("statement succeeds again", "statement", statement, "failures", c.failures,
 			"for", w.now().Sub(c.since).Round(time.Millisecond).String())
 	}

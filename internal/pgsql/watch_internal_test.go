@@ -30,4 +30,17 @@ func TestWatchLogsAgainAfterTheInterval(t *testing.T) {
 	require.Equal(t, 2, strings.Count(buf.String(), "level=ERROR"))
 	require.Contains(t, buf.String(), "failures=10 since=2026-01-01T00:00:00Z", "the second line counts the failures since the first")
 	require.Contains(t, w.Err().Error(), "batch failing since 2026-01-01T00:00:00Z (11 failures)")
+
+	// A cause that flaps (a success between failures) is not logged again
+	// within the interval, nor is its recovery.
+	w.OK("batch")
+	require.Equal(t, 1, strings.Count(buf.String(), "statement succeeds again"))
+	for range 10 {
+		w.Failed("batch", err)
+		w.OK("batch")
+		now = now.Add(time.Second)
+	}
+	require.Equal(t, 2, strings.Count(buf.String(), "level=ERROR"))
+	require.Equal(t, 1, strings.Count(buf.String(), "statement succeeds again"))
+	require.NoError(t, w.Err())
 }
