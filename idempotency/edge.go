@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit"
+	"github.com/oncekit/oncekit/internal/pgsql"
 )
 
 // Edge is the HTTP idempotency layer: it builds one middleware per route and
@@ -22,6 +24,9 @@ type Edge struct {
 	sql statements
 	log *slog.Logger
 	m   *metrics
+	// watch makes the store's statements that cannot succeed as sent
+	// errors, counted and reported by Healthy.
+	watch *pgsql.Watch
 }
 
 // New returns an Edge storing records in db (normally a *pgxpool.Pool).
@@ -37,8 +42,23 @@ func New(db oncekit.Pool, cfg *Config) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Edge{db: db, cfg: c, sql: renderStatements(c.Schema), log: c.Logger, m: m}, nil
+	return &Edge{db: db, cfg: c, sql: renderStatements(c.Schema), log: c.Logger, m: m,
+		watch: pgsql.NewWatch(c.Logger, func(statement, class string) {
+			m.statementErrors.WithLabelValues(statement, class).Inc()
+		})}, nil
 }
+
+// Healthy reports nil unless the edge's claim of a key (the statement
+// every request runs first) is failing in a way that sending it again
+// cannot cure: a missing grant on the edge's tables, a table or column
+// that is not there, a read-only server. The error names the statement,
+// since when it fails and PostgreSQL's answer; it wraps
+// oncekit.ErrStatementBroken. Meanwhile each request is answered 503
+// (store_unavailable) and nothing runs; each distinct cause is logged at
+// error level once a minute, not per request, and counted in
+// oncekit_idempotency_statement_errors_total. Healthy turns nil again at
+// the next request whose claim succeeds.
+func (e *Edge) Healthy(context.Context) error { return e.watch.Err() }
 
 // route is one configured route.
 type route struct {
@@ -336,7 +356,9 @@ func (rt *route) inProgress(w http.ResponseWriter) {
 // storeFailed answers 503 when the store cannot decide the request.
 func (rt *route) storeFailed(w http.ResponseWriter, id recordID, err error) {
 	rt.count(OutcomeError)
-	rt.e.log.Error("idempotency: store failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
+	if !rt.e.watch.Failed("store", err) { // else logged once per cause and minute
+		rt.e.log.Error("idempotency: store failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
+	}
 	writeProblem(w, http.StatusServiceUnavailable, CodeStoreUnavailable,
 		"the request's outcome could not be recorded; retry with the same key", rt.retryAfterSeconds())
 }

@@ -40,6 +40,9 @@ type metrics struct {
 	reconciled   *prometheus.CounterVec
 	unsettled    *prometheus.GaugeVec
 	unsettledAge *prometheus.GaugeVec
+	// statementErrors: labels statement (store) and class
+	// (pgsql.BrokenClass).
+	statementErrors *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -81,10 +84,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		unsettledAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "unsettled_oldest_age_seconds", Help: "Age of the oldest record waiting for an outcome at the last Prune, by operation and state."},
 			[]string{"operation", "state"}),
+		statementErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "statement_errors_total", Help: "Requests answered 503 because PostgreSQL refused the edge's statement as sent (a missing grant, an undefined table or column, a read-only server, an argument the driver cannot encode), by statement (store) and SQLSTATE class (client: refused by the driver)."},
+			[]string{"statement", "class"}),
 	}
 	if err := promshare.RegisterAlone(reg, "idempotency: Config.Registerer", "Edge",
 		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal, m.cleanupLag,
-		m.unknown, m.reconciled, m.unsettled, m.unsettledAge); err != nil {
+		m.unknown, m.reconciled, m.unsettled, m.unsettledAge, m.statementErrors); err != nil {
 		return nil, err
 	}
 	return m, nil

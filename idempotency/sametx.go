@@ -63,6 +63,7 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 			}
 		}
 		if claimed {
+			rt.e.watch.OK("store")
 			if rt.overKeyLimit(w, id, token) {
 				_ = tx.Rollback(context.WithoutCancel(ctx)) // nothing stored
 				conn.Release()

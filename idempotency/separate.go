@@ -40,6 +40,9 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
 			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, rt.cfg.Reconcile != nil).
 			Scan(&c.token, &c.recoveries, &c.reason, &c.wasUnknown)
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			rt.e.watch.OK("store")
+		}
 		if err == nil {
 			if rt.overKeyLimit(w, id, c.token) || !rt.claimBusinessKeyApart(w, r, id, fp) {
 				// Nothing is to be stored: the fresh claim goes.

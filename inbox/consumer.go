@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/wait"
 	"github.com/oncekit/oncekit/migrations"
 )
@@ -28,6 +29,7 @@ type Consumer struct {
 	gate  *orderGate // ordered mode only
 	m     *metrics
 	log   *slog.Logger
+	watch *pgsql.Watch // the claim and commit statements that cannot succeed as sent
 
 	retried, dead, heldBack atomic.Int64
 	terminated              atomic.Int64
@@ -56,6 +58,9 @@ func NewConsumer(db oncekit.DB, src broker.Source, h Handler, cfg *Config) (*Con
 		log:    c.Logger.With("consumer", c.Name),
 		inHand: newInHand(),
 	}
+	cons.watch = pgsql.NewWatch(cons.log, func(statement, class string) {
+		cons.m.statementErrors.WithLabelValues(statement, class).Inc()
+	})
 	if c.Ordered && !c.Test.DisableOrderGate {
 		osrc, ok := src.(broker.OrderedSource)
 		if !ok {
@@ -87,6 +92,18 @@ func (c *Consumer) Stats() Stats {
 		HeldBack:     c.heldBack.Load(),
 	}
 }
+
+// Healthy reports nil unless a statement the consumer runs for every batch
+// (the claim, or the commit with its releases and dead letters) is failing
+// in a way that sending it again cannot cure: a missing grant, a table or
+// column that is not there, a read-only server, an argument the driver
+// cannot encode. The error names the statement, since when it fails and
+// PostgreSQL's answer; it wraps oncekit.ErrStatementBroken. Meanwhile the
+// messages are retried with backoff, never acked, and each distinct cause
+// is logged at error level once a minute and counted in
+// oncekit_inbox_statement_errors_total. Healthy turns nil again at the
+// statement's next success.
+func (c *Consumer) Healthy(context.Context) error { return c.watch.Err() }
 
 // CheckRetention reads the source's limits and returns ErrRetentionTooShort
 // when the configured Retention does not exceed the redelivery horizon (see

@@ -13,6 +13,7 @@ type metrics struct {
 	processed, duplicates, retried prometheus.Counter
 	terminated                     prometheus.Counter
 	deadLettered                   *prometheus.CounterVec // label reason: permanent, max_attempts, no_id, invalid_id, unauthenticated
+	statementErrors                *prometheus.CounterVec // labels statement (claim, commit, dead_letter), class (pgsql.BrokenClass)
 	handlerSeconds                 prometheus.Observer
 	batchSize                      prometheus.Observer
 	hitRatio                       prometheus.Gauge
@@ -49,6 +50,9 @@ func newMetrics(reg prometheus.Registerer, consumer string) *metrics {
 	}
 	dead := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts(opts("dead_lettered_total",
 		"Messages written to dead_letters, by reason (permanent, max_attempts, no_id, invalid_id, unauthenticated).")), []string{"consumer", "reason"}))
+	stmtErrs := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts(opts("statement_errors_total",
+		"Failures of the consumer's own statements that sending again cannot cure (a missing grant, an undefined table or column, a read-only server, an argument the driver cannot encode), by statement (claim, commit, dead_letter) and SQLSTATE class (client: refused by the driver). The messages are retried, never acked.")),
+		[]string{"consumer", "statement", "class"}))
 	gauge := func(name, help string) prometheus.Gauge {
 		return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts(opts(name, help)), []string{"consumer"})).WithLabelValues(consumer)
 	}
@@ -58,10 +62,11 @@ func newMetrics(reg prometheus.Registerer, consumer string) *metrics {
 		retried:    counter("retried_total", "Handler failures scheduled for redelivery."),
 		terminated: counter("terminated_total",
 			"Messages given up on without a dead letter, because PostgreSQL refused even a minimal one: terminated at the broker and logged at error level."),
-		deadLettered:   dead.MustCurryWith(prometheus.Labels{"consumer": consumer}),
-		handlerSeconds: hist("handler_seconds", "Time spent in the handler per message.", prometheus.ExponentialBuckets(0.0001, 4, 10)),
-		batchSize:      hist("batch_size", "Messages per processing transaction.", prometheus.ExponentialBuckets(1, 2, 11)),
-		hitRatio:       gauge("dedup_hit_ratio", "Duplicates / (processed + duplicates) since the consumer started."),
+		deadLettered:    dead.MustCurryWith(prometheus.Labels{"consumer": consumer}),
+		statementErrors: stmtErrs.MustCurryWith(prometheus.Labels{"consumer": consumer}),
+		handlerSeconds:  hist("handler_seconds", "Time spent in the handler per message.", prometheus.ExponentialBuckets(0.0001, 4, 10)),
+		batchSize:       hist("batch_size", "Messages per processing transaction.", prometheus.ExponentialBuckets(1, 2, 11)),
+		hitRatio:        gauge("dedup_hit_ratio", "Duplicates / (processed + duplicates) since the consumer started."),
 		inHand: gauge("in_hand",
 			"Messages received and not yet settled with the broker (queued, at work or waiting for a retry), at the last progress signal."),
 		oldestInHand: gauge("oldest_in_hand_seconds",

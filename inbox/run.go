@@ -152,8 +152,10 @@ const (
 func (c *Consumer) runTx(ctx context.Context, mode runMode, items []*item, out []outcome, blocked map[string]bool) (rolledBack int, err error) {
 	r, err := c.beginTx(ctx, items, out, blocked)
 	if err != nil {
+		c.watch.Failed("claim", err)
 		return -1, err
 	}
+	c.watch.OK("claim")
 	defer r.rollbackOn(ctx, &err)
 	for i := range items {
 		if !c.admit(r, i) {
@@ -167,7 +169,12 @@ func (c *Consumer) runTx(ctx context.Context, mode runMode, items []*item, out [
 		// A statement queued by some message failed at the end.
 		return c.queueFailed(ctx, r), nil
 	}
-	return -1, c.commitTx(ctx, r)
+	if err := c.commitTx(ctx, r); err != nil {
+		c.watch.Failed("commit", err)
+		return -1, err
+	}
+	c.watch.OK("commit")
+	return -1, nil
 }
 
 // runMessage runs message i of r's transaction and sets its outcome. ended
@@ -211,9 +218,12 @@ func (c *Consumer) runMessage(ctx context.Context, mode runMode, r *txRun, i int
 			recorded, derr := c.recordDead(ctx, c.db, it, c.deadLetter(it, r.out[i].reason))
 			switch {
 			case derr != nil:
+				c.watch.Failed("dead_letter", derr)
 				r.out[i] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
 			case !recorded:
 				r.out[i].kind = outDropped
+			default:
+				c.watch.OK("dead_letter")
 			}
 		}
 		return -1, true, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
@@ -92,7 +93,13 @@ func (c *Consumer) settle(ctx context.Context, items []*item, out []outcome) []*
 			c.retried.Add(1)
 			c.m.retried.Inc()
 			delay := c.cfg.backoff(it.attempt)
-			c.logger(it).Warn("inbox handler failed; retrying", "err", o.err, "delay", delay)
+			if pgsql.Broken(o.err) {
+				// A statement that cannot succeed as sent: the watch
+				// logs it at error level, once per cause and minute.
+				c.logger(it).Debug("inbox message not run; retrying", "err", o.err, "delay", delay)
+			} else {
+				c.logger(it).Warn("inbox handler failed; retrying", "err", o.err, "delay", delay)
+			}
 			if c.cfg.Ordered {
 				it.failed = true
 				retry = append(retry, it)

@@ -16,6 +16,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/nodeid"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/retention"
 )
 
@@ -89,6 +90,9 @@ type Relay struct {
 	log  *slog.Logger
 	m    *metrics
 	ch   string
+	// watch makes the statements of the loops that cannot succeed as sent
+	// errors, counted and reported by Healthy.
+	watch *pgsql.Watch
 
 	epoch   time.Time
 	probeCh chan struct{}
@@ -130,13 +134,17 @@ func NewRelay(pool oncekit.Pool, ob *Outbox, pub broker.Publisher, cfg *RelayCon
 	if err != nil {
 		return nil, err
 	}
+	log := c.Logger.With("component", "outbox.relay", "node", c.ID)
 	return &Relay{
+		watch: pgsql.NewWatch(log, func(statement, class string) {
+			m.statementErrors.WithLabelValues(statement, class).Inc()
+		}),
 		pool:    pool,
 		ob:      ob,
 		pub:     pub,
 		cfg:     c,
 		sql:     renderRelaySQL(schema),
-		log:     c.Logger.With("component", "outbox.relay", "node", c.ID),
+		log:     log,
 		m:       m,
 		ch:      NotifyChannel(schema),
 		epoch:   time.Now(),

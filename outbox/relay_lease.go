@@ -36,10 +36,11 @@ func (r *Relay) balance(ctx context.Context) {
 	var live int
 	if err := r.pool.QueryRow(ctx, r.sql.heartbeat, r.cfg.ID, ttl).Scan(&live); err != nil {
 		if ctx.Err() == nil {
-			r.log.Warn("heartbeat failed", "err", err)
+			r.failed("heartbeat", err, "heartbeat failed")
 		}
 		return
 	}
+	r.watch.OK("heartbeat")
 
 	// Renew what is held; anything not renewed under the same token is lost.
 	held := r.heldPartitions()
@@ -65,10 +66,11 @@ func (r *Relay) balance(ctx context.Context) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log.Warn("renewing leases failed", "err", err)
+				r.failed("renew", err, "renewing leases failed")
 			}
 			return
 		}
+		r.watch.OK("renew")
 		if moved {
 			// Confirmed by a statement of its own: the renewal's snapshot
 			// may predate a cursor move it waited for.
@@ -148,7 +150,7 @@ func (r *Relay) heldPartitions() []int32 {
 func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
 	rows, err := r.pool.Query(ctx, r.sql.acquire, r.cfg.ID, r.cfg.Lease.Seconds(), n, int(r.ob.partitions.Load()))
 	if err != nil {
-		r.log.Warn("acquiring partitions failed", "err", err)
+		r.failed("acquire", err, "acquiring partitions failed")
 		return
 	}
 	type lease struct {
@@ -165,7 +167,7 @@ func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		r.log.Warn("acquiring partitions failed", "err", err)
+		r.failed("acquire", err, "acquiring partitions failed")
 		return
 	}
 	if len(got) > 0 {
@@ -180,10 +182,13 @@ func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
 			if errors.Is(err, ErrClusterMoved) {
 				r.stopMoved(err)
 			} else {
-				r.log.Warn("acquiring partitions failed", "err", err)
+				r.failed("acquire", err, "acquiring partitions failed")
 			}
 			return
 		}
+		// Healed only by partitions acquired and checked: with none free
+		// the check that failed has not run again.
+		r.watch.OK("acquire")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

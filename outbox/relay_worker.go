@@ -84,6 +84,7 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 		for !w.stopping() {
 			full, err := r.processBatch(ctx, w)
 			if err == nil {
+				r.watch.OK("batch")
 				bo.Reset()
 				if !full {
 					if w.published {
@@ -104,7 +105,7 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 				r.m.failures.WithLabelValues("broker").Inc()
 				r.log.Warn("broker unreachable; backing off", "partition", w.part, "wait", pause, "err", err)
 			} else {
-				r.log.Warn("batch failed; backing off", "partition", w.part, "wait", pause, "err", err)
+				r.failed("batch", err, "batch failed; backing off", "partition", w.part, "wait", pause)
 			}
 			t := time.NewTimer(pause)
 			select {

@@ -17,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/nodeid"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/retention"
 )
 
@@ -150,6 +151,9 @@ type Dispatcher struct {
 	maxClaim  int64
 	wake      chan struct{}
 	lastErr   atomic.Pointer[error]
+	// watch makes the statements that cannot succeed as sent errors,
+	// counted and reported by Healthy.
+	watch *pgsql.Watch
 }
 
 // NewDispatcher returns a Dispatcher of ledger's effects (its schema, its
@@ -179,6 +183,9 @@ func NewDispatcher(db oncekit.DB, ledger *Ledger, providers map[string]Provider,
 		caps: map[string]*capabilities{}, wake: make(chan struct{}, 1),
 		minClaim: max(int64(1), int64(min(c.Concurrency, c.BatchSize))/2), maxClaim: 5 * int64(c.BatchSize)}
 	d.claimSize.Store(int64(c.BatchSize))
+	d.watch = pgsql.NewWatch(d.log, func(statement, class string) {
+		m.statementErrors.WithLabelValues(statement, class).Inc()
+	})
 	for kind, p := range providers {
 		if kind == "" || len(kind) > MaxKindLen {
 			return nil, fmt.Errorf("sideeffect: NewDispatcher: invalid kind %q", kind)
@@ -209,8 +216,17 @@ func NewDispatcher(db oncekit.DB, ledger *Ledger, providers map[string]Provider,
 func (d *Dispatcher) ID() string { return d.cfg.ID }
 
 // Healthy reports nil when the database answers and the last round of
-// claims and outcome commits worked.
+// claims and outcome commits worked. While a statement of the dispatcher
+// fails in a way that sending it again cannot cure (a missing grant, a
+// table or column that is not there, a read-only server), its error names
+// the statement, since when it fails and PostgreSQL's answer, and wraps
+// oncekit.ErrStatementBroken; such failures are logged at error level once
+// per cause and minute and counted in
+// oncekit_sideeffect_statement_errors_total.
 func (d *Dispatcher) Healthy(ctx context.Context) error {
+	if err := d.watch.Err(); err != nil {
+		return err
+	}
 	var one int
 	if err := d.db.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 		return fmt.Errorf("database: %w", err)

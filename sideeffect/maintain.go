@@ -67,7 +67,10 @@ func (d *Dispatcher) recover(ctx context.Context, jobs chan<- job) {
 			continue
 		}
 		n, err := d.claim(ctx, r.query, r.kinds, d.reserve(1), r.lookup, jobs)
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil:
+			d.watch.OK("recovery")
+		case ctx.Err() == nil && !d.watch.Failed("recovery", err):
 			d.log.Error("recovery: claim expired leases failed", "err", err)
 		}
 		if n > 0 {

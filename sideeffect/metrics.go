@@ -16,6 +16,7 @@ type metrics struct {
 	duplicates       *prometheus.CounterVec   // kind
 	calls            *prometheus.CounterVec   // kind, outcome
 	callSeconds      *prometheus.HistogramVec // kind
+	statementErrors  *prometheus.CounterVec   // statement (sync, recovery), class (pgsql.BrokenClass)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,6 +39,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "provider_call_seconds", Help: "Duration of provider calls.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"kind"}),
+		statementErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "statement_errors_total", Help: "Failures of the dispatcher's statements that sending again cannot cure (a missing grant, an undefined table or column, a read-only server, an argument the driver cannot encode), by statement (sync: claims and outcomes; recovery) and SQLSTATE class (client: refused by the driver). The dispatcher retries after its poll interval."},
+			[]string{"statement", "class"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -50,6 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.duplicates = promshare.Register(reg, m.duplicates, &err)
 	m.calls = promshare.Register(reg, m.calls, &err)
 	m.callSeconds = promshare.Register(reg, m.callSeconds, &err)
+	m.statementErrors = promshare.Register(reg, m.statementErrors, &err)
 	return m, err
 }
 

@@ -177,14 +177,18 @@ func (d *Dispatcher) round(ctx context.Context, batch []outcome, n int, jobs cha
 		return 0, nil
 	}
 	if err != nil {
-		if k > 0 {
+		// A statement that cannot succeed as sent is logged by the watch,
+		// once per cause and minute, not each round.
+		broken := d.watch.Failed("sync", err)
+		if k > 0 && !broken {
 			d.log.Error("commit outcomes failed; leases will expire and recovery retries with the same keys", "n", k, "err", err)
 		}
-		if n > 0 && ctx.Err() == nil {
+		if n > 0 && ctx.Err() == nil && !broken {
 			d.log.Error("claim failed", "err", err)
 		}
 		return 0, fmt.Errorf("sideeffect: sync: %w", err)
 	}
+	d.watch.OK("sync")
 	d.count(done, k)
 	return handOut(claimed, true, jobs), nil
 }

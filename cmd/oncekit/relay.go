@@ -153,6 +153,12 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		if !nc.IsConnected() {
 			return errors.New("NATS disconnected")
 		}
+		// A statement of the relay's loops that PostgreSQL refuses as sent.
+		if h, ok := relay.(interface{ Healthy(context.Context) error }); ok {
+			if err := h.Healthy(ctx); err != nil {
+				return err
+			}
+		}
 		return pool.Ping(ctx)
 	}
 	if err := serveOps(ctx, log, listen, reg, healthy); err != nil {
