@@ -3,6 +3,7 @@ package console
 import (
 	"fmt"
 
+	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
@@ -142,15 +143,7 @@ func iecBytes(v any) string {
 		}
 		n = *x
 	}
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f, u := float64(n)/unit, 0
-	for ; f >= unit && u < 4; u++ {
-		f /= unit
-	}
-	return fmt.Sprintf("%.1f %ciB", f, "KMGTP"[u])
+	return report.BytesIEC(n)
 }
 
 // optionalSeconds formats a figure in seconds that may be unknown (nil).

@@ -152,31 +152,19 @@ func slotLine(s outbox.SlotStatus) string {
 			state += " !"
 		}
 	}
-	lag := bytesIEC(s.LagBytes)
+	lag := report.BytesIEC(s.LagBytes)
 	if s.LagSeconds != nil {
 		lag += ", " + age(*s.LagSeconds)
 	} else if s.LagBytes > 0 {
 		lag += ", time unknown"
 	}
-	line := fmt.Sprintf("%s%s; lag %s; WAL retained %s", head, state, lag, bytesIEC(s.RetainedBytes))
+	line := fmt.Sprintf("%s%s; lag %s; WAL retained %s", head, state, lag, report.BytesIEC(s.RetainedBytes))
 	if s.WALStatus != "" && s.WALStatus != "reserved" {
 		line += "; wal_status " + s.WALStatus + " !"
 	}
 	if s.SafeWALBytes != nil {
-		line += "; invalidated after " + bytesIEC(*s.SafeWALBytes) + " more"
+		line += "; invalidated after " + report.BytesIEC(*s.SafeWALBytes) + " more"
 	}
 	return line
 }
 
-// bytesIEC formats n bytes in its largest binary unit, one decimal.
-func bytesIEC(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, u := float64(n)/unit, 0
-	for ; v >= unit && u < 4; u++ {
-		v /= unit
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[u])
-}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -339,3 +340,17 @@ func readEffects(ctx context.Context, tx pgx.Tx, q func(string) string, overdue,
 // leaves a million effects pending would slow the report to seconds when an
 // operator needs it.
 const LiveCap = 10_000
+
+// BytesIEC formats n bytes in its largest binary unit, one decimal (status
+// and the console show WAL sizes so).
+func BytesIEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n)/unit, 0
+	for ; v >= unit && u < 4; u++ {
+		v /= unit
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[u])
+}
