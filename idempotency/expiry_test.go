@@ -69,3 +69,29 @@ func outcomeCount(t *testing.T, reg *prometheus.Registry, outcome string) float6
 	}
 	return 0
 }
+
+// A route that runs expired retries runs only a retry: another body sent
+// under the key after its response expired is still refused as a reuse
+// (the key's meaning outlives its response), and runs nothing.
+func TestRunExpiredRetriesStillRefusesAnotherBody(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, idempotency.Route{Mode: mode, RunExpiredRetries: true}, nil)
+			require.Equal(t, http.StatusCreated, h.post(t, "acme", "pay-1", `{"amount":100}`).status)
+			_, err := h.db.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET body_expires_at = now() - interval '1 second'`)
+			require.NoError(t, err)
+
+			other := h.post(t, "acme", "pay-1", `{"amount":7}`)
+			require.Equal(t, http.StatusUnprocessableEntity, other.status, other.body)
+			require.Contains(t, other.body, idempotency.CodeKeyReused)
+			require.EqualValues(t, 1, h.runs.Load(), "another body under the key did not run")
+			require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM payments`))
+
+			again := h.post(t, "acme", "pay-1", `{"amount":100}`)
+			require.Equal(t, http.StatusCreated, again.status, "the same body runs as new")
+			require.EqualValues(t, 2, h.runs.Load())
+		})
+	}
+}

@@ -90,7 +90,9 @@ type statements struct {
 // recovery: token and recoveries go up, so the old owner is fenced out),
 // (b) with $8 (the route reconciles), an unknown record with the same
 // fingerprint, likewise, (c) a released record with the same fingerprint,
-// or (d) a completed or released record past its expiry. Anything else
+// or (d) a completed or released record past its expiry, or (e) with $7
+// (RunExpiredRetries), a completed record whose response expired, under the
+// same fingerprint: another body is still refused as a reuse. Anything else
 // returns no row. The row lock ON CONFLICT takes makes the takeover happen
 // for one request only. A recovery keeps the unknown's reason, so that the
 // recovering request knows it takes over an unknown outcome.
@@ -116,7 +118,7 @@ WHERE (k.state = 'in_progress' AND k.locked_until < now() AND k.fingerprint = EX
    OR ($8 AND k.state = 'unknown' AND k.fingerprint = EXCLUDED.fingerprint)
    OR (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
    OR (k.state IN ('completed', 'released') AND k.expires_at <= now())
-   OR ($7 AND k.state = 'completed' AND k.body_expires_at <= now())
+   OR ($7 AND k.state = 'completed' AND k.body_expires_at <= now() AND k.fingerprint = EXCLUDED.fingerprint)
 RETURNING token, recoveries, coalesce(unknown_reason, ''), unknown_reason IS NOT NULL`
 
 // claimTxSQL claims inside the handler's transaction, or returns the record
@@ -134,7 +136,7 @@ WITH ins AS (
 		expires_at = EXCLUDED.expires_at, unknown_reason = NULL
 	WHERE (k.state = 'released' AND k.fingerprint = EXCLUDED.fingerprint)
 	   OR (k.state IN ('completed', 'released') AND k.expires_at <= now())
-	   OR ($6 AND k.state = 'completed' AND k.body_expires_at <= now())
+	   OR ($6 AND k.state = 'completed' AND k.body_expires_at <= now() AND k.fingerprint = EXCLUDED.fingerprint)
 	RETURNING token
 )
 SELECT true, token, NULL::bytea, NULL::text, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::float8, false, 0, '' FROM ins
