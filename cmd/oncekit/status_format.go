@@ -167,4 +167,3 @@ func slotLine(s outbox.SlotStatus) string {
 	}
 	return line
 }
-
