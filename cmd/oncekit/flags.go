@@ -225,11 +225,23 @@ func jitOffWhenDirect(ctx context.Context, c *pgx.Conn) error {
 	return err
 }
 
-// checkURL refuses a URL whose user information pgx and a reader would
+// maxURL bounds a connection string: libpq's own buffers stop far below.
+const maxURL = 8 << 10
+
+// checkURL refuses a URL that is oversized or holds a control character,
+// and one whose user information pgx and a reader would
 // split differently: an unencoded '@' in the password makes pgx take the
 // rest of the password for the host, and print it in every error. The
 // error names the cause and none of the URL.
 func checkURL(u string) error {
+	if len(u) > maxURL {
+		return fmt.Errorf("%d bytes, longer than a connection string can be (%d)", len(u), maxURL)
+	}
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("a control character (0x%02x) at byte %d: a connection string holds none (percent-encode it where it belongs to a value)", c, i)
+		}
+	}
 	rest, ok := strings.CutPrefix(u, "postgres://")
 	if !ok {
 		if rest, ok = strings.CutPrefix(u, "postgresql://"); !ok {

@@ -100,3 +100,29 @@ func TestStandbyIsRefusedWhereWritesAreNeeded(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "relays: none")
 }
+
+// A URL carrying hostile bytes (NUL, control characters, invalid UTF-8, a
+// megabyte of it) as --database-url or --replication-url ends in a clear
+// error and an exit, and no part of the password is printed.
+func TestHostileDatabaseURLs(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"postgres://app:S3cret@127.0.0.1:1/app\x00",
+		"postgres://app:S3cret\x00@127.0.0.1:1/app",
+		"postgres://app:S3cret@127.0.0.1:1/a\x1b[2Jpp",
+		"postgres://app:S3cret@127.0.0.1:1/\xff\xfe",
+		"postgres://app:S3cret@127.0.0.1:1/app?sslmode=\n",
+		"postgres://app:S3cret@127.0.0.1:1/" + strings.Repeat("x", 1<<20),
+	} {
+		for _, args := range [][]string{
+			{"status", "--database-url", u},
+			{"relay", "--logical", "--database-url", "postgres://app@127.0.0.1:1/app", "--replication-url", u},
+		} {
+			code, out, stderr := cli(t, nil, args...)
+			require.NotEqual(t, 0, code, "%q", args[0])
+			require.NotEmpty(t, stderr)
+			require.NotContains(t, out+stderr, "S3cret")
+			require.Less(t, len(stderr), 4096, "the error does not echo the input back whole")
+		}
+	}
+}
