@@ -52,7 +52,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "partition lease duration (renewed every third of it)")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "longest wait between two looks at the outbox (with --logical: at the table, 5s unless set)")
 	fs.DurationVar(&cfg.BusyPollInterval, "busy-poll-interval", time.Millisecond, "wait between looks while events keep arriving")
-	fs.BoolVar(&cfg.PollOnly, "poll-only", false, "do not LISTEN (PgBouncer transaction pooling)")
+	fs.BoolVar(&cfg.PollOnly, "poll-only", false, "do not LISTEN, even on a direct connection (through a pooler the relay finds it and polls by itself)")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 10, "failed publishes before a message is parked")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "keep published rows this long after their enqueue (negative: never delete)")
 	fs.IntVar(&cfg.RetentionRate, "retention-rate", retention.DefaultRate, "most rows retention deletes per second (negative: no limit)")
