@@ -27,6 +27,9 @@ type Edge struct {
 	// watch makes the store's statements that cannot succeed as sent
 	// errors, counted and reported by Healthy.
 	watch *pgsql.Watch
+	// syncStandbys says whether a stored response must be on the
+	// synchronous standbys before it is replayed (see replicated).
+	syncStandbys pgsql.SyncStandbys
 }
 
 // New returns an Edge storing records in db (normally a *pgxpool.Pool).

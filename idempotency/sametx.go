@@ -96,6 +96,14 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 		if rec.state == StateReleased && subtle.ConstantTimeCompare(rec.fingerprint, fp) == 1 {
 			continue // released meanwhile, with this body: claim again
 		}
+		rec, found, err := rt.e.replicated(ctx, id, rec)
+		if err != nil {
+			rt.storeFailed(w, id, err)
+			return
+		}
+		if !found {
+			continue
+		}
 		rt.answerExisting(w, id, fp, rec, false)
 		return
 	}

@@ -71,8 +71,20 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 		if rec.state == StateInProgress && !waiting && rt.cfg.Wait > 0 {
 			waiting = rt.startWaiting(id) // false: the key's MaxWaiters places are taken
 		}
+		synced, found, err := rt.e.replicated(ctx, id, &rec)
+		if err != nil {
+			rt.storeFailed(w, id, err)
+			return
+		}
+		if !found {
+			if attempt+1 < maxClaimAttempts {
+				continue // gone meanwhile: claim again
+			}
+			rt.inProgress(w)
+			return
+		}
 		waitMore := waiting && time.Now().Before(deadline)
-		if rt.answerExisting(w, id, fp, &rec, waitMore) {
+		if rt.answerExisting(w, id, fp, synced, waitMore) {
 			return
 		}
 		if !wait.Sleep(ctx, min(rt.pollInterval(), time.Until(deadline))) {

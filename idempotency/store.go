@@ -357,6 +357,40 @@ func (e *Edge) lookup(ctx context.Context, id recordID) (rec record, found bool,
 	return e.lookupStored(ctx, id.tenant, id.operation, id.stored())
 }
 
+// replicated returns rec, a record about to be replayed, once it is sure
+// to survive a failover: with synchronous standbys, a completed record can
+// be visible on the primary before the standby has it (its commit's wait
+// was cancelled), and replaying it would tell a client that a request
+// succeeded whose effects a failover then erases. The record is read again
+// in a transaction whose commit waits for the standbys
+// (pgsql.SyncBarrierSQL), on one connection. found is false when it is
+// gone meanwhile.
+func (e *Edge) replicated(ctx context.Context, id recordID, rec *record) (_ *record, found bool, err error) {
+	if rec.state != StateCompleted || !e.syncStandbys.On(ctx, e.db) {
+		return rec, true, nil
+	}
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("idempotency: lookup: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var got record
+	err = scanRecord(tx.QueryRow(ctx, e.sql.lookup, id.tenant, id.operation, id.stored()), &got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("idempotency: lookup: %w", err)
+	}
+	if _, err := tx.Exec(ctx, pgsql.SyncBarrierSQL); err != nil {
+		return nil, false, fmt.Errorf("idempotency: wait for the synchronous standby: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, false, fmt.Errorf("idempotency: wait for the synchronous standby: %w", err)
+	}
+	return &got, true, nil
+}
+
 // lookupStored is lookup by the key's stored form.
 func (e *Edge) lookupStored(ctx context.Context, tenant, operation, stored string) (rec record, found bool, err error) {
 	err = scanRecord(e.db.QueryRow(ctx, e.sql.lookup, tenant, operation, stored), &rec)

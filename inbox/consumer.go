@@ -30,6 +30,9 @@ type Consumer struct {
 	m     *metrics
 	log   *slog.Logger
 	watch *pgsql.Watch // the claim and commit statements that cannot succeed as sent
+	// syncStandbys says whether a duplicate must wait for the synchronous
+	// standbys before it is acked (see commitTx).
+	syncStandbys pgsql.SyncStandbys
 
 	retried, dead, heldBack atomic.Int64
 	terminated              atomic.Int64

@@ -44,8 +44,9 @@ func (c *Consumer) process(ctx context.Context, items []*item) []*item {
 	}
 	out := make([]outcome, len(items))
 	if err := c.runBatch(ctx, items, out); err != nil {
+		keep := c.keepDuplicates(ctx)
 		for i := range out {
-			if out[i].kind != outDuplicate {
+			if out[i].kind != outDuplicate || !keep {
 				out[i] = outcome{kind: outRetry, err: err}
 			}
 		}
@@ -107,8 +108,9 @@ func (c *Consumer) runBatch(ctx context.Context, items []*item, out []outcome) e
 	for lo := 0; lo < len(items); lo += maxSavepoints {
 		part, pout := items[lo:min(lo+maxSavepoints, len(items))], out[lo:min(lo+maxSavepoints, len(items))]
 		if err := c.runIsolated(ctx, part, pout, blocked); err != nil {
+			keep := c.keepDuplicates(ctx)
 			for i := range pout {
-				if pout[i].kind != outDuplicate {
+				if pout[i].kind != outDuplicate || !keep {
 					pout[i] = outcome{kind: outRetry, err: err}
 				}
 			}
@@ -328,4 +330,13 @@ func definiteRollback(err error) bool {
 		sev = pgErr.Severity
 	}
 	return sev == "ERROR"
+}
+
+// keepDuplicates reports whether the messages a failed transaction found
+// already claimed may still be acked. Not with synchronous standbys: the
+// claim may be visible here and not yet on the standby, and only a
+// transaction that commits (with its barrier, see commitTx) proves it is
+// there; they are retried instead, and found claimed again.
+func (c *Consumer) keepDuplicates(ctx context.Context) bool {
+	return !c.syncStandbys.On(ctx, c.db)
 }

@@ -34,14 +34,25 @@ func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
 			r.out[pd.i].kind = outDropped
 		}
 	}
+	if hasDuplicate(r.out) && c.syncStandbys.On(ctx, r.tx) {
+		// A claim found already there may be one whose commit is visible
+		// on this primary and not yet on its synchronous standby (a
+		// cancelled wait): acking its message as done must wait until
+		// the standby has it, or a failover erases a claim whose message
+		// nothing redelivers. The barrier makes this commit wait for it.
+		if _, err := r.tx.Exec(ctx, pgsql.SyncBarrierSQL); err != nil {
+			return fmt.Errorf("inbox: wait for the synchronous standby: %w", err)
+		}
+	}
 	crashpoint.Hit(crashpoint.InboxBeforeCommit)
 	if err := r.tx.Commit(ctx); err != nil {
 		if definiteRollback(err) {
 			return fmt.Errorf("inbox: commit: %w", err)
 		}
 		c.log.Error("inbox commit outcome unknown; leaving the messages to redelivery", "err", err, "messages", len(r.items))
+		keep := c.keepDuplicates(ctx)
 		for i := range r.out {
-			if r.out[i].kind != outDuplicate {
+			if r.out[i].kind != outDuplicate || !keep {
 				r.out[i] = outcome{kind: outUnknown, err: err}
 			}
 		}
@@ -162,4 +173,15 @@ func (c *Consumer) ack(ctx context.Context, it *item) {
 		// A lost ack means a redelivery, which the claim absorbs.
 		c.logger(it).Debug("inbox ack failed", "err", err)
 	}
+}
+
+// hasDuplicate reports whether a message of the transaction was found
+// already claimed.
+func hasDuplicate(out []outcome) bool {
+	for _, o := range out {
+		if o.kind == outDuplicate {
+			return true
+		}
+	}
+	return false
 }

@@ -93,6 +93,9 @@ type Relay struct {
 	// watch makes the statements of the loops that cannot succeed as sent
 	// errors, counted and reported by Healthy.
 	watch *pgsql.Watch
+	// syncStandbys says whether batches must wait for the synchronous
+	// standbys before they are published (see fetch).
+	syncStandbys pgsql.SyncStandbys
 
 	epoch   time.Time
 	probeCh chan struct{}

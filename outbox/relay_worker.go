@@ -11,8 +11,10 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/wait"
 )
 
@@ -371,11 +373,37 @@ func (r *Relay) brokerDown() bool {
 // fetch reads a batch of w's partition; anyHeld reports held rows in the
 // partition when the retry lookup ran (false otherwise).
 func (r *Relay) fetch(ctx context.Context, w *worker) (out []outboxRow, anyHeld bool, err error) {
+	if !r.syncStandbys.On(ctx, r.pool) {
+		return r.fetchFrom(ctx, r.pool, w)
+	}
+	// With synchronous standbys, a row can be visible before the standby
+	// has it (a commit whose wait was cancelled): the batch is read in a
+	// transaction whose commit waits for the standby to have everything it
+	// saw, and published only then (pgsql.SyncBarrierSQL).
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if out, anyHeld, err = r.fetchFrom(ctx, tx, w); err != nil || len(out) == 0 {
+		return out, anyHeld, err
+	}
+	if _, err := tx.Exec(ctx, pgsql.SyncBarrierSQL); err != nil {
+		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, false, fmt.Errorf("outbox: fetch: waiting for the synchronous standby: %w", err)
+	}
+	return out, anyHeld, nil
+}
+
+// fetchFrom reads one batch of w's partition through q.
+func (r *Relay) fetchFrom(ctx context.Context, q oncekit.Querier, w *worker) (out []outboxRow, anyHeld bool, err error) {
 	stmt := r.sql.fetch
 	if w.clean {
 		stmt = r.sql.fetchMain
 	}
-	rows, err := r.pool.Query(ctx, stmt, w.part, r.cfg.ID, w.token, r.cfg.BatchSize)
+	rows, err := q.Query(ctx, stmt, w.part, r.cfg.ID, w.token, r.cfg.BatchSize)
 	if err != nil {
 		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 	}
