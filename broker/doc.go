@@ -3,7 +3,9 @@
 // Outbound, the relay hands a Publisher batches of Message and gets one
 // Result per message. Inbound, an inbox.Consumer reads a Source, which hands
 // it Delivery values to settle (Ack after commit, Nak with a delay on
-// failure). The guarantees each side relies on are written in the
+// failure). A Window delivers a bounded stretch of the log once, apart from
+// the durables, for a consumer to replay (inbox.Consumer.ReplayWindow). The
+// guarantees each side relies on are written in the
 // interfaces' doc comments, as watermill's message.Publisher and
 // message.Subscriber write theirs.
 //

@@ -48,7 +48,27 @@ type Consumer struct {
 // NewConsumer returns a Consumer that reads src and runs h for each message
 // in a transaction on db (a *pgxpool.Pool). cfg must set at least Name.
 func NewConsumer(db oncekit.DB, src broker.Source, h Handler, cfg *Config) (*Consumer, error) {
-	if db == nil || src == nil || h == nil {
+	if src == nil {
+		return nil, fmt.Errorf("%w: db, source and handler are required", ErrInvalidConfig)
+	}
+	cons, err := newConsumer(db, src, h, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cons.cfg.Ordered && !cons.cfg.Test.DisableOrderGate {
+		osrc, ok := src.(broker.OrderedSource)
+		if !ok {
+			return nil, fmt.Errorf("%w: %T", ErrOrderUnsupported, src)
+		}
+		cons.gate = newOrderGate(osrc, db, cons.store, cons.cfg.Name, cons.log)
+	}
+	return cons, nil
+}
+
+// newConsumer is NewConsumer without the Source's checks: src may be nil
+// (ReplayWindow's consumer, which never runs).
+func newConsumer(db oncekit.DB, src broker.Source, h Handler, cfg *Config) (*Consumer, error) {
+	if db == nil || h == nil {
 		return nil, fmt.Errorf("%w: db, source and handler are required", ErrInvalidConfig)
 	}
 	c := cfg.withDefaults()
@@ -64,13 +84,6 @@ func NewConsumer(db oncekit.DB, src broker.Source, h Handler, cfg *Config) (*Con
 	cons.watch = pgsql.NewWatch(cons.log, func(statement, class string) {
 		cons.m.statementErrors.WithLabelValues(statement, class).Inc()
 	})
-	if c.Ordered && !c.Test.DisableOrderGate {
-		osrc, ok := src.(broker.OrderedSource)
-		if !ok {
-			return nil, fmt.Errorf("%w: %T", ErrOrderUnsupported, src)
-		}
-		cons.gate = newOrderGate(osrc, db, cons.store, c.Name, cons.log)
-	}
 	return cons, nil
 }
 

@@ -91,6 +91,11 @@
 // horizon (see Horizon), because a claim deleted before the last possible
 // redelivery would let that redelivery run the handler a second time.
 //
+// ReplayWindow runs a window of the log (a natsjs.Window) through the
+// consumer's handler again, claim and all: after an asynchronous PostgreSQL
+// failover erased transactions whose messages were already acked, it
+// applies exactly those again and absorbs the rest.
+//
 // Watermill users get the same claim in their router handlers' transaction
 // from package aspubsub; the consumer reads any watermill subscriber through
 // watermill/asbroker.Source.

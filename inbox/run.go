@@ -35,6 +35,12 @@ type outcome struct {
 // message with the broker. In ordered mode it returns, in order, the
 // messages to retry in place instead of asking for redelivery.
 func (c *Consumer) process(ctx context.Context, items []*item) []*item {
+	retry, _ := c.processOut(ctx, items)
+	return retry
+}
+
+// processOut is process that also returns each message's outcome.
+func (c *Consumer) processOut(ctx context.Context, items []*item) ([]*item, []outcome) {
 	c.m.batchSize.Observe(float64(len(items)))
 	c.verify(items)
 	for _, it := range items {
@@ -51,7 +57,7 @@ func (c *Consumer) process(ctx context.Context, items []*item) []*item {
 			}
 		}
 	}
-	return c.settle(ctx, items, out)
+	return c.settle(ctx, items, out), out
 }
 
 // failureCooldown is how many batches run with a savepoint per message after

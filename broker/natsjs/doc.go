@@ -17,4 +17,9 @@
 // durable's ack floor and reads the stream's headers (an ordered consumer of
 // its own, headers only, no acks) to show the messages other processes of
 // the durable hold.
+//
+// A Window (NewWindow) reads a stretch of a stream, from a sequence or a
+// time to a sequence, a time or the stream's end, with an ordered consumer
+// of its own: the inbox replays it through a consumer's handler after an
+// asynchronous PostgreSQL failover erased effects already acked.
 package natsjs

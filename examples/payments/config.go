@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker/natsjs"
 )
 
 // Names the roles agree on.
@@ -48,6 +50,9 @@ type config struct {
 	// Logical writes events into the WAL and runs the logical relay
 	// (PAYMENTS_LOGICAL=1; wal_level = logical).
 	Logical bool
+	// Replay, when set, makes consume replay this window of the stream
+	// through its handler and exit (-replay-from, -replay-to).
+	Replay *natsjs.WindowConfig
 	// ReplicationURL is the logical relay's stream and lease, which need
 	// the server itself when DatabaseURL goes through a pooler
 	// (PAYMENTS_REPLICATION_URL; default DatabaseURL).
@@ -67,6 +72,7 @@ func parseConfig(role string, args []string, stderr io.Writer) (*config, []strin
 		// Read after the flags: its default is the database URL.
 		ReplicationURL: os.Getenv("PAYMENTS_REPLICATION_URL"),
 	}
+	var replay windowFlags
 	fs := flag.NewFlagSet("payments "+role, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Func("db", "PostgreSQL URL (default: $DATABASE_URL, else the local server)", setString(&cfg.DatabaseURL))
@@ -86,10 +92,17 @@ func parseConfig(role string, args []string, stderr io.Writer) (*config, []strin
 		fs.DurationVar(&cfg.Lease, "lease", 5*time.Second, "partition lease TTL")
 	case "consume":
 		fs.DurationVar(&cfg.AckWait, "ack-wait", 5*time.Second, "JetStream AckWait of the durable")
+		fs.StringVar(&replay.from, "replay-from", "", "replay the stream from here through the handler and exit, printing one line of counts:\n"+
+			"a stream sequence, an RFC 3339 time, or a duration before now (15m); after an asynchronous failover of PostgreSQL")
+		fs.StringVar(&replay.to, "replay-to", "", "end of the replayed window, as -replay-from (default: the stream's last message)")
 	case "setup":
 		fs.IntVar(&cfg.Replicas, "replicas", 1, "stream replicas (3 on a three-node cluster)")
 	}
 	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	var err error
+	if cfg.Replay, err = replay.window(time.Now()); err != nil {
 		return nil, nil, err
 	}
 	if !schemaName.MatchString(cfg.Schema) {

@@ -18,6 +18,9 @@ import (
 )
 
 func runConsume(ctx context.Context, cfg *config, pool *pgxpool.Pool, js jetstream.JetStream) error {
+	if cfg.Replay != nil {
+		return runReplay(ctx, cfg, pool, js, os.Stdout)
+	}
 	consumer, err := newConsumer(ctx, pool, js, cfg, slog.Default())
 	if err != nil {
 		return err
@@ -78,19 +81,25 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 		}
 		return applyPayment(ctx, tx, ledger, cfg, m, ev)
 	})
-	c, err := inbox.NewConsumer(pool, src, h, &inbox.Config{
-		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
-		MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
-		Test: inbox.TestConfig{
-			DisableClaim:     apart != nil,                     // the broken build claims on its own
-			DisableOrderGate: cfg.Broken == brokenGateBypassed, // order within one process only
-		},
-	})
+	icfg := ledgerConfig(cfg, log)
+	icfg.Test = inbox.TestConfig{
+		DisableClaim:     apart != nil,                     // the broken build claims on its own
+		DisableOrderGate: cfg.Broken == brokenGateBypassed, // order within one process only
+	}
+	c, err := inbox.NewConsumer(pool, src, h, icfg)
 	if err != nil {
 		jsSrc.Close()
 		return nil, err
 	}
 	return &ledgerConsumer{Consumer: c, src: jsSrc}, nil
+}
+
+// ledgerConfig is the ledger consumer's configuration.
+func ledgerConfig(cfg *config, log *slog.Logger) *inbox.Config {
+	return &inbox.Config{
+		Name: consumerName, Schema: cfg.Schema, Ordered: true, Concurrency: 4, Logger: log,
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
+	}
 }
 
 // applyPayment is the handler: every write rides in tx, the claim's

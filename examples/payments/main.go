@@ -5,6 +5,7 @@
 //	payments api        POST /payments behind authentication and the Idempotency-Key edge (same transaction)
 //	payments relay      publish the outbox to JetStream
 //	payments consume    the ledger consumer: one ledger entry and two side effects per payment
+//	                    (-replay-from: replay a window of the stream through it and exit)
 //	payments dispatch   fire the side effects at the payment provider
 //	payments provider   a fake payment provider that honours idempotency keys
 //	payments demo       every role in one process, a few requests, and an account of each layer
