@@ -9,9 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/backoff"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/wait"
 )
@@ -71,10 +70,7 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 		close(w.done)
 		r.workerDone(w)
 	}()
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = r.cfg.MaxBrokerBackoff
-	bo.MaxElapsedTime = 0
+	bo := backoff.Policy{Min: min(100*time.Millisecond, r.cfg.MaxBrokerBackoff), Max: r.cfg.MaxBrokerBackoff, Jitter: 0.5}.Start()
 	for {
 		select {
 		case <-w.stop:
@@ -100,7 +96,7 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 				w.signalStop()
 				return
 			}
-			pause := bo.NextBackOff()
+			pause := bo.Next()
 			if errors.Is(err, errBrokerDown) {
 				r.m.failures.WithLabelValues("broker").Inc()
 				r.log.Warn("broker unreachable; backing off", "partition", w.part, "wait", pause, "err", err)
