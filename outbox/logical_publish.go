@@ -109,7 +109,7 @@ func (s *session) publish(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	var results []broker.Result
-	if cp, ok := r.pub.(chainPublisher); ok {
+	if cp, ok := r.pub.(broker.ChainPublisher); ok {
 		results = cp.PublishChain(pctx, msgs, prev)
 	} else {
 		results = publishInWaves(pctx, r.pub, msgs, prev)
