@@ -14,6 +14,12 @@
 // watermill Publisher and Subscriber: RabbitMQ, Redis Streams, Kafka, SQS,
 // ...). broker/brokertest is the conformance suite every adapter passes.
 //
+// A Publisher may offer capabilities beyond Publish, declared here once:
+// ChainPublisher (PublishChain) and ConnectedPublisher (Connected). The
+// relay asks for each by type assertion. A decorator of a Publisher builds
+// itself with Decorate, which gives it exactly the capabilities of the
+// publisher it wraps; brokertest.RunDecorator checks one.
+//
 // Every message carries its event ID in HeaderEventID (and, on JetStream,
 // HeaderMsgID, which the server dedups on). Where a broker cannot dedup by
 // event ID, the inbox's claim on that ID is the dedup.

@@ -81,20 +81,14 @@ func (s *Signer) Sign(m broker.Message) broker.Message {
 }
 
 // SignPublisher returns a Publisher that signs every message with s before
-// pub publishes it: give it to outbox.NewRelay in place of pub. It keeps
-// pub's PublishChain, if pub has one (broker/natsjs does).
+// pub publishes it: give it to outbox.NewRelay in place of pub. It has
+// exactly pub's capabilities (broker.Decorate): its PublishChain and
+// Connected, when pub has them (broker/natsjs does).
 func SignPublisher(pub broker.Publisher, s *Signer) broker.Publisher {
-	sp := signingPublisher{pub: pub, s: s}
-	if cp, ok := pub.(chainPublisher); ok {
-		return signingChainPublisher{signingPublisher: sp, chain: cp}
-	}
-	return sp
+	return broker.Decorate(pub, signingPublisher{pub: pub, s: s})
 }
 
-type chainPublisher interface {
-	PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result
-}
-
+// signingPublisher is the signing broker.Decorator of pub.
 type signingPublisher struct {
 	pub broker.Publisher
 	s   *Signer
@@ -113,22 +107,14 @@ func (p signingPublisher) Publish(ctx context.Context, msgs []broker.Message) []
 	return p.pub.Publish(ctx, p.sign(msgs))
 }
 
-// Connected reports the wrapped publisher's connection, when it reports one.
-func (p signingPublisher) Connected() bool {
-	c, ok := p.pub.(interface{ Connected() bool })
-	return !ok || c.Connected()
-}
-
-type signingChainPublisher struct {
-	signingPublisher
-	chain chainPublisher
-}
-
 // PublishChain signs msgs and publishes them through the wrapped
 // publisher's PublishChain.
-func (p signingChainPublisher) PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result {
-	return p.chain.PublishChain(ctx, p.sign(msgs), prev)
+func (p signingPublisher) PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result {
+	return p.pub.(broker.ChainPublisher).PublishChain(ctx, p.sign(msgs), prev)
 }
+
+// Connected reports the wrapped publisher's connection.
+func (p signingPublisher) Connected() bool { return p.pub.(broker.ConnectedPublisher).Connected() }
 
 // Verifier checks events against the public keys it holds, by key ID. It
 // implements inbox.Verifier.

@@ -96,9 +96,7 @@ func TestForgedEventIsDeadLetteredAndTheGenuineApplies(t *testing.T) {
 	np, err := natsjs.NewPublisher(nc.Conn, nil)
 	require.NoError(t, err)
 	pub := eventsig.SignPublisher(np, signer)
-	_, chained := pub.(interface {
-		PublishChain(context.Context, []broker.Message, []int) []broker.Result
-	})
+	_, chained := pub.(broker.ChainPublisher)
 	require.True(t, chained, "the signing publisher keeps natsjs's PublishChain")
 
 	genuine := broker.Message{ID: uuid.New(), Subject: stream + ".paid", Key: "order-1", Payload: []byte("genuine")}

@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	mathrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/oncekit/oncekit/internal/backoff"
 	"github.com/oncekit/oncekit/internal/httpretry"
 )
 
@@ -64,7 +64,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	attempts := cmp.Or(t.MaxAttempts, 5)
-	minB, maxB := cmp.Or(t.MinBackoff, 100*time.Millisecond), cmp.Or(t.MaxBackoff, 5*time.Second)
+	bo := backoff.Policy{Min: cmp.Or(t.MinBackoff, 100*time.Millisecond), Max: cmp.Or(t.MaxBackoff, 5*time.Second), FullJitter: true}
 	maxRA := cmp.Or(t.MaxRetryAfter, 30*time.Second)
 	for attempt := 1; ; attempt++ {
 		r := req.Clone(req.Context())
@@ -77,7 +77,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := base.RoundTrip(r)
 		if err == nil && resp.StatusCode == http.StatusConflict {
 			if monitor, ok := unknownOutcome(resp, r.URL); ok {
-				if attempt >= attempts || !t.awaitSettled(req, base, monitor, minB, maxB) {
+				if attempt >= attempts || !t.awaitSettled(req, base, monitor, bo) {
 					return resp, nil // still unknown: the caller decides
 				}
 				_ = resp.Body.Close()
@@ -87,7 +87,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil && !httpretry.Retryable(resp.StatusCode) {
 			return resp, nil
 		}
-		delay := backoff(minB, maxB, attempt)
+		delay := bo.Delay(attempt)
 		if err == nil {
 			if d, ok := httpretry.After(resp.Header.Get("Retry-After"), time.Now()); ok {
 				if d > maxRA {
@@ -128,16 +128,6 @@ func replayableBody(req *http.Request) (func() (io.ReadCloser, error), error) {
 	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
 }
 
-// backoff is full jitter: a random wait up to min doubled attempt-1 times,
-// at most max.
-func backoff(minD, maxD time.Duration, attempt int) time.Duration {
-	d := minD
-	for i := 1; i < attempt && d < maxD; i++ {
-		d *= 2
-	}
-	return time.Duration(mathrand.Int64N(int64(min(d, maxD)) + 1))
-}
-
 // unknownOutcome reports whether resp answers IDEMPOTENCY_OUTCOME_UNKNOWN
 // with a status resource to follow, and returns that resource's URL
 // (resolved against sent, the request's). It reads the body and puts it
@@ -169,14 +159,14 @@ func unknownOutcome(resp *http.Response, sent *url.URL) (*url.URL, bool) {
 // awaitSettled polls the status resource at monitor, with req's headers,
 // until the record is no longer unknown or in progress (or is gone), and
 // reports whether it was settled within MaxUnknownWait.
-func (t *Transport) awaitSettled(req *http.Request, base http.RoundTripper, monitor *url.URL, minB, maxB time.Duration) bool {
+func (t *Transport) awaitSettled(req *http.Request, base http.RoundTripper, monitor *url.URL, bo backoff.Policy) bool {
 	ctx := req.Context()
 	deadline := time.Now().Add(cmp.Or(t.MaxUnknownWait, time.Minute))
 	for poll := 1; time.Now().Before(deadline); poll++ {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(min(backoff(minB, maxB, poll), time.Until(deadline))):
+		case <-time.After(min(bo.Delay(poll), time.Until(deadline))):
 		}
 		get, err := http.NewRequestWithContext(ctx, http.MethodGet, monitor.String(), nil)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oncekit/oncekit/internal/backoff"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/retention"
@@ -143,11 +144,7 @@ type Verifier interface {
 // backoff is the delay before the delivery after a failed attempt-th one:
 // MinBackoff doubled attempt-1 times, at most MaxBackoff, without jitter.
 func (c *Config) backoff(attempt int) time.Duration {
-	d := c.MinBackoff
-	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, c.MaxBackoff)
+	return backoff.Policy{Min: c.MinBackoff, Max: c.MaxBackoff}.Delay(attempt)
 }
 
 // withDefaults returns a copy of c (the zero Config if nil) with defaults

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/oncekit/oncekit/internal/backoff"
 )
 
 // Holding back: the first wait, doubled at each hold of the same delivery
@@ -13,6 +15,8 @@ const (
 	holdFirst = 5 * time.Millisecond
 	holdMax   = 200 * time.Millisecond
 )
+
+var holdBackoff = backoff.Policy{Min: holdFirst, Max: holdMax}
 
 // heldLong is how long a message waits behind an earlier one of its key
 // before the consumer says so in its log (and again at this interval).
@@ -74,9 +78,8 @@ func (l *orderedLane) hold(items []*item) {
 	now := time.Now()
 	l.mu.Lock()
 	for _, it := range items {
-		wait := holdFirst << min(it.holds, 10)
 		it.holds++
-		it.notBefore = now.Add(min(wait, holdMax))
+		it.notBefore = now.Add(holdBackoff.Delay(it.holds))
 		l.insertLocked(it)
 	}
 	l.mu.Unlock()

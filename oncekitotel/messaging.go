@@ -34,20 +34,14 @@ func messageAttrs(op attribute.KeyValue, system string, m broker.Message) []attr
 // Publisher wraps the relay's publisher with a "send" span per message
 // (system names the broker: "nats", "rabbitmq"...): a child of the
 // context the message was enqueued in, whose context the message carries
-// from then on. A publisher that chains a key's messages (natsjs) keeps
-// doing so.
+// from then on. It has exactly pub's capabilities (broker.Decorate): a
+// publisher that chains a key's messages (natsjs) keeps doing so, one that
+// reports its connection keeps reporting it.
 func Publisher(pub broker.Publisher, system string, cfg *Config) broker.Publisher {
-	p := &publisher{pub: pub, system: system, tracer: cfg.tracer(), prop: cfg.propagator()}
-	if cp, ok := pub.(chainPublisher); ok {
-		return &chainingPublisher{publisher: p, chain: cp}
-	}
-	return p
+	return broker.Decorate(pub, &publisher{pub: pub, system: system, tracer: cfg.tracer(), prop: cfg.propagator()})
 }
 
-type chainPublisher interface {
-	PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result
-}
-
+// publisher is the tracing broker.Decorator of pub.
 type publisher struct {
 	pub    broker.Publisher
 	system string
@@ -60,14 +54,16 @@ func (p *publisher) Publish(ctx context.Context, msgs []broker.Message) []broker
 	return p.end(spans, p.pub.Publish(ctx, msgs))
 }
 
+// PublishChain publishes through the wrapped publisher's PublishChain, a
+// span per message.
+func (p *publisher) PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result {
+	msgs, spans := p.start(ctx, msgs)
+	return p.end(spans, p.pub.(broker.ChainPublisher).PublishChain(ctx, msgs, prev))
+}
+
 // Connected forwards the wrapped publisher's connection state, which the
 // relay reads when the publisher offers it.
-func (p *publisher) Connected() bool {
-	if c, ok := p.pub.(interface{ Connected() bool }); ok {
-		return c.Connected()
-	}
-	return true
-}
+func (p *publisher) Connected() bool { return p.pub.(broker.ConnectedPublisher).Connected() }
 
 // start opens a send span per message and returns copies of msgs carrying
 // their span's context.
@@ -98,16 +94,6 @@ func (p *publisher) end(spans []trace.Span, res []broker.Result) []broker.Result
 		span.End()
 	}
 	return res
-}
-
-type chainingPublisher struct {
-	*publisher
-	chain chainPublisher
-}
-
-func (p *chainingPublisher) PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result {
-	msgs, spans := p.start(ctx, msgs)
-	return p.end(spans, p.chain.PublishChain(ctx, msgs, prev))
 }
 
 // Handler wraps an inbox handler with a "process" span per message: a

@@ -163,7 +163,7 @@ func (r *LogicalRelay) Run(ctx context.Context) error {
 		}
 	})
 	defer wg.Wait()
-	for pause := r.cfg.MinBackoff; ctx.Err() == nil; pause = min(2*pause, 5*time.Second) {
+	for bo := r.restartBackoff(); ctx.Err() == nil; {
 		err := r.leased(ctx)
 		if ctx.Err() != nil {
 			break
@@ -183,6 +183,7 @@ func (r *LogicalRelay) Run(ctx context.Context) error {
 			wg.Wait()
 			return err
 		}
+		pause := bo.Next()
 		r.log.Warn("logical relay stream ended; starting again", "err", err, "wait", pause)
 		wait.Sleep(ctx, pause)
 	}
@@ -281,7 +282,7 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 	})
 	// The stream starts again within the lease, so that the slot's
 	// position is known throughout: no other relay streams meanwhile.
-	for pause := r.cfg.MinBackoff; ; pause = min(2*pause, 5*time.Second) {
+	for bo := r.restartBackoff(); ; {
 		err = r.stream(sctx)
 		if sctx.Err() != nil {
 			break
@@ -292,6 +293,7 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 		if lost := r.refreshSlot(sctx, true); errors.Is(lost, ErrSlotLost) {
 			return lost
 		}
+		pause := bo.Next()
 		r.log.Warn("logical relay stream ended; starting again", "err", err, "wait", pause)
 		if !wait.Sleep(sctx, pause) {
 			break

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/backoff"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/promshare"
@@ -108,7 +109,7 @@ func (s *session) publish(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	var results []broker.Result
-	if cp, ok := r.pub.(chainPublisher); ok {
+	if cp, ok := r.pub.(broker.ChainPublisher); ok {
 		results = cp.PublishChain(pctx, msgs, prev)
 	} else {
 		results = publishInWaves(pctx, r.pub, msgs, prev)
@@ -160,7 +161,7 @@ func (s *session) publish(ctx context.Context) error {
 		return nil
 	}
 	s.failures++
-	pause := min(r.cfg.MinBackoff<<min(s.failures-1, 20), r.cfg.MaxBackoff)
+	pause := backoff.Policy{Min: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff}.Delay(s.failures)
 	r.log.Warn("publish failed; trying again", "failed", len(failed), "acknowledged", acked, "wait", pause,
 		"err", untrusted.Text(results[indexOf(send, failed[0])].Err.Error(), maxErrBytes))
 	s.flushed.Store(uint64(s.flushable)) // reported during the pause

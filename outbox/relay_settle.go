@@ -3,10 +3,9 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"time"
 
+	"github.com/oncekit/oncekit/internal/backoff"
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
@@ -81,11 +80,7 @@ func (r *Relay) settle(ctx context.Context, w *worker, b *batch) (nfailed int, e
 }
 
 // retryDelay is the wait before attempt n+1 of a failed message: exponential
-// from MinBackoff, capped at MaxBackoff, with ±20% jitter.
+// from MinBackoff, capped at MaxBackoff, with ±20% jitter (within them).
 func (r *Relay) retryDelay(n int) time.Duration {
-	d := float64(r.cfg.MinBackoff) * math.Pow(2, float64(n))
-	if d > float64(r.cfg.MaxBackoff) {
-		d = float64(r.cfg.MaxBackoff)
-	}
-	return time.Duration(d * (0.8 + 0.4*rand.Float64()))
+	return backoff.Policy{Min: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff, Jitter: 0.2}.Delay(n + 1)
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oncekit/oncekit/internal/backoff"
 	"github.com/oncekit/oncekit/internal/pgsql"
-	"github.com/oncekit/oncekit/internal/wait"
 )
 
 // Wake-up. The prober looks, in one cheap query, for partitions with rows
@@ -128,18 +128,11 @@ func (r *Relay) listens(ctx context.Context) (bool, error) {
 // listenLoop holds a connection LISTENing on the outbox channel, reconnecting
 // with backoff when it breaks.
 func (r *Relay) listenLoop(ctx context.Context) {
-	retry := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := r.listen(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		r.log.Warn("LISTEN connection lost; polling meanwhile", "err", err, "retry_in", retry)
-		if !wait.Sleep(ctx, retry) {
-			return
-		}
-		retry = min(2*retry, 10*time.Second)
-	}
+	// listen returns only when its connection breaks, or ctx ends.
+	_ = backoff.Retry(ctx, backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second}, r.listen,
+		func(err error, retry time.Duration) {
+			r.log.Warn("LISTEN connection lost; polling meanwhile", "err", err, "retry_in", retry)
+		})
 }
 
 func (r *Relay) listen(ctx context.Context) error {

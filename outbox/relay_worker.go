@@ -9,10 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/internal/backoff"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/wait"
@@ -60,12 +59,6 @@ var (
 	errBrokerDown = errors.New("outbox: broker unreachable")
 )
 
-// connectedPublisher is implemented by publishers that know whether their
-// broker is reachable (natsjs.Publisher does). When every message of a round
-// fails while the broker is unreachable, the failures are the broker's, not
-// the messages': no attempt is counted.
-type connectedPublisher interface{ Connected() bool }
-
 // runWorker drains the partition whenever poked, until stopped. ctx carries
 // no cancellation: a batch in flight always finishes.
 func (r *Relay) runWorker(ctx context.Context, w *worker) {
@@ -73,10 +66,7 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 		close(w.done)
 		r.workerDone(w)
 	}()
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = r.cfg.MaxBrokerBackoff
-	bo.MaxElapsedTime = 0
+	bo := backoff.Policy{Min: min(100*time.Millisecond, r.cfg.MaxBrokerBackoff), Max: r.cfg.MaxBrokerBackoff, Jitter: 0.5}.Start()
 	for {
 		select {
 		case <-w.stop:
@@ -102,7 +92,7 @@ func (r *Relay) runWorker(ctx context.Context, w *worker) {
 				w.signalStop()
 				return
 			}
-			pause := bo.NextBackOff()
+			pause := bo.Next()
 			if errors.Is(err, errBrokerDown) {
 				r.m.failures.WithLabelValues("broker").Inc()
 				r.log.Warn("broker unreachable; backing off", "partition", w.part, "wait", pause, "err", err)
@@ -169,7 +159,7 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 
 	b := &batch{rows: rows, send: choose(rows), outcome: make([]outcome, len(rows)), errs: make([]error, len(rows))}
 	nwaves := 1
-	if cp, ok := r.pub.(chainPublisher); ok {
+	if cp, ok := r.pub.(broker.ChainPublisher); ok {
 		r.publishChained(ctx, w, cp, b)
 	} else {
 		nwaves = r.publishWaves(ctx, w, b)
@@ -247,14 +237,6 @@ func choose(rows []outboxRow) []int {
 	return send
 }
 
-// chainPublisher is implemented by publishers that can keep per-key order
-// within one batch without a round trip per message (natsjs.Publisher does):
-// msgs[i] is sent only after msgs[prev[i]] was acknowledged, never when it
-// failed.
-type chainPublisher interface {
-	PublishChain(ctx context.Context, msgs []broker.Message, prev []int) []broker.Result
-}
-
 // publishCtx bounds a publish by PublishTimeout and by the lease: nothing is
 // sent once this relay may no longer hold the partition.
 func (r *Relay) publishCtx(ctx context.Context, w *worker) (context.Context, context.CancelFunc) {
@@ -263,7 +245,7 @@ func (r *Relay) publishCtx(ctx context.Context, w *worker) (context.Context, con
 }
 
 // publishChained publishes the batch in one round, each key's rows chained.
-func (r *Relay) publishChained(ctx context.Context, w *worker, cp chainPublisher, b *batch) {
+func (r *Relay) publishChained(ctx context.Context, w *worker, cp broker.ChainPublisher, b *batch) {
 	msgs := make([]broker.Message, len(b.send))
 	prev := make([]int, len(b.send))
 	last := make(map[string]int, len(b.send))
@@ -366,7 +348,7 @@ func (r *Relay) leaseValid(w *worker) bool {
 }
 
 func (r *Relay) brokerDown() bool {
-	cp, ok := r.pub.(connectedPublisher)
+	cp, ok := r.pub.(broker.ConnectedPublisher)
 	return ok && !cp.Connected()
 }
 

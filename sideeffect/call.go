@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
@@ -128,25 +126,5 @@ func (d *Dispatcher) retryDelay(attempt int, err error) time.Duration {
 	if ra, ok := RetryAfterOf(err); ok {
 		return min(ra, d.cfg.MaxRetryAfter)
 	}
-	return backoffFor(d.cfg.MinBackoff, d.cfg.MaxBackoff, attempt)
-}
-
-// backoffFor returns the attempt-th delay of a capped exponential backoff
-// with jitter (MinBackoff, ×2 per attempt, ±20 %, at most MaxBackoff).
-func backoffFor(minD, maxD time.Duration, attempt int) time.Duration {
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     minD,
-		RandomizationFactor: 0.2,
-		Multiplier:          2,
-		MaxInterval:         maxD,
-		MaxElapsedTime:      0,
-		Stop:                backoff.Stop,
-		Clock:               backoff.SystemClock,
-	}
-	b.Reset()
-	delay := minD
-	for i := 0; i < max(attempt, 1) && i < 64; i++ {
-		delay = b.NextBackOff()
-	}
-	return min(delay, maxD)
+	return d.callBackoff().Delay(attempt)
 }

@@ -39,7 +39,10 @@ type DispatcherConfig struct {
 	// FlushSize caps the outcomes committed by one statement. Defaults to 500.
 	FlushSize int
 	// PollInterval is how long the dispatcher waits before looking for due
-	// effects again after finding none. Defaults to 200ms.
+	// effects again after finding none. A claim that fails (PostgreSQL
+	// unreachable, a grant missing) is tried again after PollInterval,
+	// doubling with each consecutive failure (±20 %), at most MaxBackoff or
+	// 10s, whichever is shorter. Defaults to 200ms.
 	PollInterval time.Duration
 	// CallTimeout bounds each provider call (and lookup). Defaults to 30s.
 	CallTimeout time.Duration

@@ -18,7 +18,8 @@ import (
 // while a round runs, so rounds grow with the rate; when idle an outcome
 // commits at once. A claim that came back short (no more due rows) is not
 // repeated before PollInterval; one that filled its slots is repeated as
-// soon as slots are free again.
+// soon as slots are free again; one that failed is repeated after a wait
+// that grows while claims keep failing (claimBackoff).
 //
 // When ctx ends the loop stops claiming, calls stoppedClaiming, and goes on
 // committing outcomes until results is closed.
@@ -28,6 +29,7 @@ func (d *Dispatcher) syncLoop(ctx context.Context, jobs chan<- job, results <-ch
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	claiming, polling := true, true // polling: waiting for the poll timer before claiming
+	failing := d.claimBackoff()     // the wait after each of consecutive failed claims
 	open := true                    // results not yet closed
 	for {
 		if claiming && ctx.Err() != nil {
@@ -82,11 +84,19 @@ func (d *Dispatcher) syncLoop(ctx context.Context, jobs chan<- job, results <-ch
 		batch = batch[:0]
 		if n > 0 {
 			d.setErr(err)
-			if err != nil || got < n {
-				// No more due rows (or the claim failed): look again after
-				// the poll interval.
+			switch {
+			case err != nil:
+				// The claim failed: look again after a wait that grows
+				// while claims keep failing.
+				polling = true
+				poll.Reset(failing.Next())
+			case got < n:
+				// No more due rows: look again after the poll interval.
+				failing.Reset()
 				polling = true
 				poll.Reset(d.cfg.PollInterval)
+			default:
+				failing.Reset()
 			}
 		}
 	}

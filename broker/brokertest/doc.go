@@ -16,4 +16,9 @@
 // an adapter's broker from a child process, and what the broker sees is the
 // same (a consumer that went away with messages unsettled). The end-to-end
 // tests of each adapter (relay → broker → inbox) SIGKILL real processes.
+//
+// RunDecorator checks a Publisher decorator instead (a signing or tracing
+// wrapper): for every combination of the capabilities package broker
+// declares, the wrapper has exactly those of the publisher it wraps, and
+// its methods reach the wrapped publisher's.
 package brokertest

@@ -27,7 +27,10 @@ type Publisher struct {
 	js jetstream.JetStream
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.ChainPublisher     = (*Publisher)(nil)
+	_ broker.ConnectedPublisher = (*Publisher)(nil)
+)
 
 // ErrInvalidConfig is wrapped by the error NewPublisher, NewSource and
 // EnsureStream return for a bad argument or Config: a nil connection or

@@ -213,11 +213,17 @@ func newCheckedPublisher(wp message.Publisher, exists func(context.Context, stri
 
 // checkedPublisher publishes only the messages whose subject exists as a
 // queue or stream on the broker; the others fail with a
-// *noDestinationError.
+// *noDestinationError. It reports the connection of the publisher it
+// wraps, as that one does.
 type checkedPublisher struct {
-	pub    broker.Publisher
+	pub    *asbroker.Publisher
 	exists func(ctx context.Context, dest string) error
 }
+
+var _ broker.ConnectedPublisher = (*checkedPublisher)(nil)
+
+// Connected reports the wrapped publisher's connection.
+func (p *checkedPublisher) Connected() bool { return p.pub.Connected() }
 
 // Publish checks each message's destination, then publishes the ones that
 // exist; the results keep msgs' order.

@@ -51,7 +51,7 @@ type Publisher struct {
 	inFlight sync.WaitGroup // publishes still running after their call returned
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var _ broker.ConnectedPublisher = (*Publisher)(nil)
 
 // ErrInvalidConfig is returned (wrapped) for a configuration NewPublisher or
 // NewSource cannot use: a missing publisher, subscriber or Topics, or a
