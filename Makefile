@@ -53,8 +53,8 @@ DURATION ?= 2m
 BROKEN   ?=
 RATE     ?=
 
-chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…, RATE=requests/s, RELAY=logical, POOLER=pgbouncer)
-	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE)) $(if $(RELAY),-relay $(RELAY)) $(if $(POOLER),-pooler $(POOLER))
+chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…, RATE=requests/s, RELAY=logical, POOLER=pgbouncer, FAILOVER=sync|async)
+	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE)) $(if $(RELAY),-relay $(RELAY)) $(if $(POOLER),-pooler $(POOLER)) $(if $(FAILOVER),-failover $(FAILOVER))
 
 BENCH_COUNT ?= 3
 BENCH_NOTE  ?=

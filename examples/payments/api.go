@@ -155,6 +155,11 @@ func writeCreated(w http.ResponseWriter, resp PaymentResponse, err error) {
 // lock orders concurrent payments of one account by commit), writes it, and
 // enqueues its event: all in the edge's transaction.
 func insertPayment(ctx context.Context, tx pgx.Tx, ob *outbox.Outbox, cfg *config, id string, req PaymentRequest) (PaymentResponse, error) {
+	if cfg.Broken == brokenPaymentCommitLocal {
+		if err := commitLocal(ctx, tx); err != nil {
+			return PaymentResponse{}, err
+		}
+	}
 	if req.Reference != "" {
 		// The backstop behind the edge's business key (kept for a while
 		// only): a reference once used is refused for good. Two racing

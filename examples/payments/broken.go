@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit/broker"
@@ -56,7 +57,26 @@ const (
 	// brokenFreshKey sends every provider call with a new idempotency key
 	// instead of the effect's derived one: a retried call acts twice.
 	brokenFreshKey = "fresh-provider-key"
+	// brokenClaimCommitLocal commits the consumer's claim and work with
+	// synchronous_commit = local: the commit returns, and the message is
+	// acked, before the standby has the transaction, so a failover erases
+	// a claim whose message nothing will redeliver.
+	brokenClaimCommitLocal = "claim-commit-local"
+	// brokenPaymentCommitLocal commits the payment and its outbox row with
+	// synchronous_commit = local: the row is visible, and published, before
+	// the standby has it, so a failover erases a payment whose event is
+	// out: a phantom.
+	brokenPaymentCommitLocal = "payment-commit-local"
 )
+
+
+// commitLocal makes tx's commit wait for the local disk only, not for the
+// synchronous standby: the bug of a service that turned synchronous
+// replication off for one transaction to make it faster.
+func commitLocal(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'local', true)`)
+	return err
+}
 
 // crashAt kills the process at the n-th call for the point named by
 // ONCEKIT_CRASHPOINT, n from ONCEKIT_CRASHPOINT_AFTER (default 1): the

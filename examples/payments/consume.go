@@ -79,6 +79,11 @@ func newConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 		if early != nil {
 			early.ack(ctx, m)
 		}
+		if cfg.Broken == brokenClaimCommitLocal {
+			if err := commitLocal(ctx, tx); err != nil {
+				return err
+			}
+		}
 		return applyPayment(ctx, tx, ledger, cfg, m, ev)
 	})
 	icfg := ledgerConfig(cfg, log)

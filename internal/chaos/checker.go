@@ -39,6 +39,8 @@ const (
 	InvNoDeadLetters   = "no_dead_letters"             // no message given up on, but the hostile ones
 	InvHostileSettled  = "hostile_dead_lettered_once"  // every hostile message in exactly one dead letter
 	InvDriftClean      = "drift_clean"                 // `oncekit drift` exits 0
+	InvNoPhantoms      = "no_phantom_events"           // no event, ledger entry or call for a payment that does not exist
+	InvNoLostEffects   = "no_lost_effects"             // every event in the stream whose payment exists was applied
 	effectKindCapture  = "provider.capture"
 	effectKindReceipt  = "receipt.email"
 	maxExamplesPerRule = 5
@@ -62,7 +64,14 @@ type Verdict struct {
 	Payments, LedgerEntries                   int
 	ProviderCalls, Executions                 int
 	Lost, DuplicateEffects                    int
-	MismatchedKeys, OrderViolations           int
+	// After failovers: payments the survivor does not hold that were
+	// published (Phantoms) or acted on by the consumer or the provider
+	// (PhantomEffects, by payment); payments that exist whose event is in the stream
+	// and that the consumer never applied (LostEffects: its claim was
+	// erased after it acknowledged the broker); and acknowledged payments
+	// the survivor does not hold (Erased: gone with their transaction).
+	Phantoms, PhantomEffects, LostEffects, Erased int
+	MismatchedKeys, OrderViolations               int
 	// Payments whose key holds no stored success, and attempt numbers the
 	// provider received more than once.
 	MissingResponses, RepeatedAttempts int
@@ -73,7 +82,27 @@ type Verdict struct {
 	// Violations holds, per violated invariant, a few examples.
 	Violations map[string][]string
 	violated   map[string]int
+	// Consequences counts, after an asynchronous failover, the breaks of
+	// the invariants such a failover breaks by itself (erasable), by
+	// invariant, with a few examples in Violations.
+	Consequences map[string]int
+	erasable     map[string]bool
 }
+
+// erasureBreaks are the invariants an asynchronous failover breaks by
+// itself, whatever the services do. A payment acknowledged and then erased
+// frees its key and its reference: a later request under the key with
+// another body, or the same payment under a new key, runs as new
+// (reused_key_not_executed, new_key_not_executed, payment_has_request,
+// payment_matches_request). An event published and then erased keeps its
+// place in the stream when its payment is made again under the same key
+// (the event ID is derived, and the broker drops the second copy), so the
+// account's later events follow it in the outbox and precede it in the
+// stream (publish_order); the replay applies erased messages after later
+// ones of their account (per_account_order). An attempt recorded and then
+// erased is sent again under its number (call_recorded_first; the
+// provider's key still keeps each effect to one execution).
+var erasureBreaks = []string{InvReuseRefused, InvRekeyAnswered, InvHasRequest, InvBodyMatches, InvPublishOrder, InvOrder, InvCallRecorded}
 
 // Pass reports whether every invariant held.
 func (v *Verdict) Pass() bool { return len(v.violated) == 0 }
@@ -87,6 +116,16 @@ func (v *Verdict) fail(inv, format string, args ...any) {
 	if v.violated == nil {
 		v.violated, v.Violations = map[string]int{}, map[string][]string{}
 	}
+	if v.erasable[inv] {
+		if v.Consequences == nil {
+			v.Consequences = map[string]int{}
+		}
+		v.Consequences[inv]++
+		if len(v.Violations[inv]) < maxExamplesPerRule {
+			v.Violations[inv] = append(v.Violations[inv], fmt.Sprintf(format, args...))
+		}
+		return
+	}
 	v.violated[inv]++
 	if len(v.Violations[inv]) < maxExamplesPerRule {
 		v.Violations[inv] = append(v.Violations[inv], fmt.Sprintf(format, args...))
@@ -99,12 +138,29 @@ type payment struct {
 	amount  int64
 }
 
+// CheckOptions say how the run was made.
+type CheckOptions struct {
+	// Logical says the events went through the WAL (the logical relay),
+	// which keeps no outbox rows to order them by.
+	Logical bool
+	// Erasable says the database failed over asynchronously: the survivor
+	// may lack the last transactions the old primary committed. Payments
+	// it lost are then counted (Erased, Phantoms, PhantomEffects) rather
+	// than failed; lost effects still fail.
+	Erasable bool
+}
+
 // Check holds the drained system to the history: what clients were told,
-// what the database and the stream hold, and what the provider saw.
-// logical says the events went through the WAL (the logical relay), which
-// keeps no outbox rows to order them by.
-func Check(ctx context.Context, pool *pgxpool.Pool, schema string, logical bool, ops []Op, calls []ProviderCall, stream []StreamEvent, hostile *Hostile) (*Verdict, error) {
+// what the database and the stream hold, and what the provider saw. The
+// database it reads is the survivor: after failovers, the last primary.
+func Check(ctx context.Context, pool *pgxpool.Pool, schema string, opt CheckOptions, ops []Op, calls []ProviderCall, stream []StreamEvent, hostile *Hostile) (*Verdict, error) {
 	v := &Verdict{Ops: len(ops), ProviderCalls: len(calls)}
+	if opt.Erasable {
+		v.erasable = map[string]bool{}
+		for _, inv := range erasureBreaks {
+			v.erasable[inv] = true
+		}
+	}
 	for _, c := range calls {
 		if c.Outcome == "refused" {
 			v.GarbageErrorPages++
@@ -132,14 +188,15 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, logical bool,
 	}
 	v.Payments = len(payments)
 
-	checkOps(v, ops, payments)
+	checkOps(v, opt.Erasable, ops, payments)
 	if err := checkResponses(ctx, v, pool, t, ops, payments); err != nil {
 		return nil, err
 	}
-	if err := checkLedger(ctx, v, pool, t, logical, payments, stream); err != nil {
+	phantoms := checkPhantoms(v, opt.Erasable, ops, payments, stream)
+	if err := checkLedger(ctx, v, pool, t, opt.Logical, payments, stream, phantoms); err != nil {
 		return nil, err
 	}
-	checkProvider(v, calls, payments)
+	checkProvider(v, calls, payments, phantoms)
 	if err := checkHostile(ctx, v, pool, schema, hostile); err != nil {
 		return nil, err
 	}
@@ -151,7 +208,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema string, logical bool,
 
 // checkOps: acknowledged payments exist with their body, definite failures
 // and reused keys executed nothing, and every payment was asked for.
-func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
+func checkOps(v *Verdict, erasable bool, ops []Op, payments map[string]payment) {
 	asked := map[string]bool{}
 	for _, op := range ops {
 		id := oncekit.DeriveID(apiCaller, op.Key).String()
@@ -182,6 +239,8 @@ func checkOps(v *Verdict, ops []Op, payments map[string]payment) {
 		}
 		asked[id] = true
 		switch {
+		case op.Outcome == OK && !exists && erasable:
+			v.Erased++
 		case op.Outcome == OK && !exists:
 			v.Lost++
 			v.fail(InvAckedExists, "key %s acknowledged (HTTP %d) but payment %s does not exist", op.Key, op.Status, id)
@@ -236,7 +295,7 @@ func checkResponses(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(
 // (an account's payments commit in the order of their seq, which the
 // account's row lock hands out); the ordered consumer applied them in
 // stream order (of each event's first copy).
-func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(string) string, logical bool, payments map[string]payment, stream []StreamEvent) error {
+func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(string) string, logical bool, payments map[string]payment, stream []StreamEvent, phantoms *phantomSet) error {
 	var outboxPos map[string]int64
 	var err error
 	if logical {
@@ -298,7 +357,7 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 	}
 	for id, n := range entries {
 		if _, ok := payments[id]; !ok {
-			v.fail(InvLedgerOnce, "ledger entry for unknown payment %s", id)
+			phantoms.effect(v, "ledger entry", id)
 		}
 		if n > 1 {
 			v.DuplicateEffects += n - 1
@@ -326,10 +385,66 @@ func checkLedger(ctx context.Context, v *Verdict, pool *pgxpool.Pool, t func(str
 					where = fmt.Sprintf(" (event %s, claimed by the inbox: %t)", event, claimed)
 				}
 			}
+			if _, published := streamPos[oncekit.DeriveID(id, "PaymentCreated").String()]; published {
+				// In the stream, not applied: the consumer's claim and
+				// work were erased after it acknowledged the broker.
+				v.LostEffects++
+				v.fail(InvNoLostEffects, "payment %s is in the stream and has no ledger entry%s", id, where)
+				continue
+			}
 			v.fail(InvLedgerOnce, "payment %s has no ledger entry%s", id, where)
 		}
 	}
 	return nil
+}
+
+// phantomSet holds the payments the survivor does not hold that the chain
+// acted on anyway.
+type phantomSet struct {
+	erasable bool
+	ids      map[string]bool // published, by payment
+	acted    map[string]bool // acted on, by payment
+}
+
+// checkPhantoms finds the events in the stream whose payment the survivor
+// does not hold: published from a transaction that is gone. Each event's
+// payment is found through the keys of the history (every request's
+// payment ID derives from its key); hostile messages are none of them.
+func checkPhantoms(v *Verdict, erasable bool, ops []Op, payments map[string]payment, stream []StreamEvent) *phantomSet {
+	byEvent := map[string]string{}
+	for _, op := range ops {
+		id := oncekit.DeriveID(apiCaller, op.Key).String()
+		byEvent[oncekit.DeriveID(id, "PaymentCreated").String()] = id
+	}
+	ps := &phantomSet{erasable: erasable, ids: map[string]bool{}, acted: map[string]bool{}}
+	for _, e := range stream {
+		id, ok := byEvent[e.EventID]
+		if !ok || ps.ids[id] {
+			continue
+		}
+		if _, exists := payments[id]; !exists {
+			ps.ids[id] = true
+			v.Phantoms++
+			if !erasable {
+				v.fail(InvNoPhantoms, "event %s (stream seq %d) published for payment %s, which does not exist", e.EventID, e.Seq, id)
+			}
+		}
+	}
+	return ps
+}
+
+// effect counts an action on a payment the survivor does not hold: a
+// failure, unless the database failed over asynchronously and the payment's
+// event was published (the consumer and the provider acted on a phantom).
+func (ps *phantomSet) effect(v *Verdict, what, id string) {
+	if !ps.acted[id] {
+		ps.acted[id] = true
+		v.PhantomEffects++
+	}
+	if ps.erasable && ps.ids[id] {
+		return
+	}
+	v.fail(InvNoPhantoms, "%s for unknown payment %s", what, id)
 }
 
 // commitOrder returns the position of every payment's event in its
@@ -368,7 +483,7 @@ func outboxOrder(ctx context.Context, pool *pgxpool.Pool, t func(string) string)
 // died is followed by the next number. (A call whose answer the provider
 // dropped may come twice: Go's HTTP client resends a request carrying an
 // Idempotency-Key when a reused connection closes without an answer.)
-func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment) {
+func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment, phantoms *phantomSet) {
 	type effect struct{ payment, kind string }
 	type attempt struct{ key, n string }
 	executed := map[effect]int{}
@@ -390,7 +505,7 @@ func checkProvider(v *Verdict, calls []ProviderCall, payments map[string]payment
 			v.fail(InvKeyStable, "%s of payment %s called with key %.12s…, derived key %.12s…", c.Kind, c.PaymentID, c.Key, want)
 		}
 		if _, ok := payments[c.PaymentID]; !ok {
-			v.fail(InvEffectOnce, "%s called for unknown payment %s", c.Kind, c.PaymentID)
+			phantoms.effect(v, c.Kind+" called", c.PaymentID)
 		}
 	}
 	for id := range payments {
@@ -459,9 +574,16 @@ func (v *Verdict) Progress() float64 {
 // fault counts (Run adds them).
 func (v *Verdict) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d rekeyed=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d missing_responses=%d repeated_attempts=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d progress=%.3f",
-		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Rekeyed, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations, v.MissingResponses, v.RepeatedAttempts,
+	fmt.Fprintf(&b, "ops=%d ok=%d failed=%d unknown=%d reused=%d rekeyed=%d payments=%d ledger=%d provider_calls=%d executions=%d lost=%d duplicate_effects=%d mismatched_keys=%d order_violations=%d phantoms=%d phantom_effects=%d lost_effects=%d erased=%d missing_responses=%d repeated_attempts=%d hostile=%d hostile_unanswered=%d hostile_dead_lettered=%d garbage_error_pages=%d progress=%.3f",
+		v.Ops, v.OK, v.Failed, v.Unknown, v.Reused, v.Rekeyed, v.Payments, v.LedgerEntries, v.ProviderCalls, v.Executions, v.Lost, v.DuplicateEffects, v.MismatchedKeys, v.OrderViolations, v.Phantoms, v.PhantomEffects, v.LostEffects, v.Erased, v.MissingResponses, v.RepeatedAttempts,
 		v.HostileSent, v.HostileMaybe, v.HostileDeadLettered, v.GarbageErrorPages, v.Progress())
+	if v.erasable != nil {
+		n := 0
+		for _, c := range v.Consequences {
+			n += c
+		}
+		fmt.Fprintf(&b, " erasure_consequences=%d", n)
+	}
 	return b.String()
 }
 

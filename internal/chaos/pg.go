@@ -23,3 +23,59 @@ wal_level = logical
 func StartPG(ctx context.Context, dir string) (*pgcluster.Cluster, error) {
 	return pgcluster.Start(ctx, pgcluster.Options{LogDir: dir, Settings: pgSettings})
 }
+
+// postgres is the run's PostgreSQL: one server, or (with failovers) a
+// Topology of a primary and its standby.
+type postgres struct {
+	single *pgcluster.Cluster
+	*Topology
+}
+
+// startPostgres starts the run's server and, for a failover mode, its
+// standby.
+func startPostgres(ctx context.Context, dir, failover string, logf func(string, ...any)) (*postgres, error) {
+	settings := pgSettings
+	if failover == "sync" {
+		settings += syncSettings
+	}
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{LogDir: dir, Settings: settings})
+	if err != nil || failover == "" {
+		return &postgres{single: pg}, err
+	}
+	t, err := NewTopology(ctx, pg, failover == "sync")
+	if err != nil {
+		pg.Close()
+		return nil, err
+	}
+	logf("postgres primary %s with a streaming standby (%s replication)", pg.Addr(), failover)
+	return &postgres{Topology: t}, nil
+}
+
+func (p *postgres) replicated() bool { return p.Topology != nil }
+
+// Primary returns the server that takes writes now.
+func (p *postgres) Primary() *pgcluster.Cluster {
+	if p.Topology != nil {
+		return p.Topology.Primary()
+	}
+	return p.single
+}
+
+// Follow makes proxy follow the primary across failovers.
+func (p *postgres) Follow(proxy *PGProxy) {
+	if p.Topology != nil {
+		p.Topology.Follow(proxy)
+	}
+}
+
+// Keep keeps the primary's data directory.
+func (p *postgres) Keep() string { return p.Primary().Keep() }
+
+// Close stops every server.
+func (p *postgres) Close() {
+	if p.Topology != nil {
+		p.Topology.Close()
+		return
+	}
+	p.single.Close()
+}

@@ -35,7 +35,7 @@ type PGProxyStats struct {
 // COMMIT. Each client connection dials the target anew, so the proxy keeps
 // working across a restart of the server behind it.
 type PGProxy struct {
-	target string
+	target atomic.Pointer[string]
 	ln     net.Listener
 
 	commitDropRate atomic.Uint64 // float64 bits
@@ -56,7 +56,8 @@ func NewPGProxy(target string) (*PGProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &PGProxy{target: target, ln: ln, live: map[*proxyConn]struct{}{}}
+	p := &PGProxy{ln: ln, live: map[*proxyConn]struct{}{}}
+	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -92,6 +93,28 @@ func (p *PGProxy) DropRandom(n int) int {
 		}
 	}
 	p.drops.Add(int64(cut))
+	return cut
+}
+
+// Retarget points the proxy at another server, as a failover moves a
+// virtual IP or HAProxy marks the old primary down: new connections go to
+// target, and every connection to the old server is cut (HAProxy's
+// on-marked-down shutdown-sessions), so no client keeps writing to a
+// primary that has been replaced. It returns how many it cut.
+func (p *PGProxy) Retarget(target string) int {
+	p.target.Store(&target)
+	p.mu.Lock()
+	conns := make([]*proxyConn, 0, len(p.live))
+	for c := range p.live {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	cut := 0
+	for _, c := range conns {
+		if c.cut() {
+			cut++
+		}
+	}
 	return cut
 }
 
@@ -141,7 +164,8 @@ func (p *PGProxy) accept() {
 // the proxy cuts the pair.
 func (p *PGProxy) serve(client net.Conn) {
 	defer p.wg.Done()
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	target := *p.target.Load()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		_ = client.Close()
 		return
@@ -155,6 +179,9 @@ func (p *PGProxy) serve(client net.Conn) {
 	}
 	p.live[c] = struct{}{}
 	p.mu.Unlock()
+	if *p.target.Load() != target { // retargeted while dialing: a connection to the old server
+		c.cut()
+	}
 	defer func() {
 		p.mu.Lock()
 		delete(p.live, c)

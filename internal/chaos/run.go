@@ -50,6 +50,9 @@ type Options struct {
 	// "none" (the chaos proxy alone), or "pgbouncer" (PgBouncer in
 	// transaction mode in front of the proxy; see PgBouncer).
 	Pooler string
+	// Failover replaces PostgreSQL's crash restarts with failovers to a
+	// streaming standby: "" (none), "sync" or "async" (FailoverModes).
+	Failover string
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
@@ -61,11 +64,21 @@ type Result struct {
 	// run, or sent to themselves at an armed crash point.
 	Kills, RandomKills, CrashpointKills int
 	NATSNodeKills, PGRestarts           int
-	ConnDrops, CommitDrops              int
-	DriftExit                           int
-	Drained                             bool
-	Dir                                 string
-	Pooler                              string // Options.Pooler, "none" for none
+	// Failovers done (Options.Failover), each measured, and those refused
+	// because the standby was not in sync.
+	Failovers              int
+	FailoverRecords        []FailoverRecord
+	FailoversRefused       []string
+	ConnDrops, CommitDrops int
+	DriftExit              int
+	Drained                bool
+	Dir                    string
+	Pooler                 string // Options.Pooler, "none" for none
+	Failover               string // Options.Failover, "none" for none
+	// Replay is the stream window replayed to the consumer after an
+	// asynchronous failover, and the lost effects before it.
+	Replay            string
+	LostEffectsBefore int
 }
 
 // Line is the run's machine-readable last line.
@@ -74,14 +87,27 @@ func (r *Result) Line() string {
 	if !r.Verdict.Pass() {
 		verdict = "FAIL violated=" + strings.Join(r.Verdict.Violated(), ",")
 	}
-	return fmt.Sprintf("chaos: %s kills=%d random_kills=%d crashpoint_kills=%d nats_node_kills=%d pg_restarts=%d conn_drops=%d commit_drops=%d drift_exit=%d pooler=%s verdict=%s",
-		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.ConnDrops, r.CommitDrops, r.DriftExit, cmp.Or(r.Pooler, "none"), verdict)
+	failover := ""
+	if r.Failover != "" && r.Failover != "none" {
+		failover = fmt.Sprintf(" failovers_refused=%d %s%s lost_effects_before_replay=%d", len(r.FailoversRefused), lagSummary(r.FailoverRecords), recoverySummary(r.FailoverRecords), r.LostEffectsBefore)
+		for _, f := range strings.Fields(strings.TrimPrefix(r.Replay, "replay: ")) {
+			failover += " replay_" + f
+		}
+	}
+	return fmt.Sprintf("chaos: %s kills=%d random_kills=%d crashpoint_kills=%d nats_node_kills=%d pg_restarts=%d failovers=%d conn_drops=%d commit_drops=%d drift_exit=%d%s pooler=%s failover=%s verdict=%s",
+		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.Failovers, r.ConnDrops, r.CommitDrops, r.DriftExit, failover, cmp.Or(r.Pooler, "none"), cmp.Or(r.Failover, "none"), verdict)
 }
 
 // BrokenBuilds names the payments example's deliberately broken builds
 // (Options.Broken), in the order a payment meets the guarantee each breaks.
 var BrokenBuilds = []string{"key-only-edge", "edge-stores-after-commit", "relay-marks-before-ack", "ack-before-commit",
 	"claim-apart", "gate-bypassed", "call-before-fired", "fresh-provider-key"}
+
+// FailoverBrokenBuilds break what synchronous replication promises, so
+// that only a run with failovers in sync mode can catch them: the API
+// committing its payments, or the consumer its claims, without waiting
+// for the standby.
+var FailoverBrokenBuilds = []string{"payment-commit-local", "claim-commit-local"}
 
 // The crash points each role can be armed with on a restart: every named
 // point between two writes of the chain.
@@ -128,8 +154,14 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if opt.Pooler != "" && !slices.Contains(Poolers, opt.Pooler) {
 		return nil, fmt.Errorf("chaos: no pooler %q (there are %s)", opt.Pooler, strings.Join(Poolers, ", "))
 	}
-	if opt.Broken != "" && !slices.Contains(BrokenBuilds, opt.Broken) {
-		return nil, fmt.Errorf("chaos: no broken build %q (there are %s)", opt.Broken, strings.Join(BrokenBuilds, ", "))
+	if opt.Failover != "" && !slices.Contains(FailoverModes, opt.Failover) {
+		return nil, fmt.Errorf("chaos: no failover %q (there are %s)", opt.Failover, strings.Join(FailoverModes, ", "))
+	}
+	if opt.Broken != "" && !slices.Contains(BrokenBuilds, opt.Broken) && !slices.Contains(FailoverBrokenBuilds, opt.Broken) {
+		return nil, fmt.Errorf("chaos: no broken build %q (there are %s, and with failovers %s)", opt.Broken, strings.Join(BrokenBuilds, ", "), strings.Join(FailoverBrokenBuilds, ", "))
+	}
+	if slices.Contains(FailoverBrokenBuilds, opt.Broken) && opt.Failover != "sync" {
+		return nil, fmt.Errorf("chaos: the broken build %q breaks synchronous replication: run it with failovers in sync mode", opt.Broken)
 	}
 	if opt.Seed == 0 {
 		opt.Seed = uint64(time.Now().UnixNano())
@@ -147,29 +179,42 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if err := os.Chmod(opt.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	res = &Result{Dir: opt.Dir, Pooler: cmp.Or(opt.Pooler, "none")}
+	res = &Result{Dir: opt.Dir, Pooler: cmp.Or(opt.Pooler, "none"), Failover: cmp.Or(opt.Failover, "none")}
 	rng := rand.New(rand.NewPCG(opt.Seed, 1))
-	logf("seed %d, dir %s, duration %s, broken %q, relay %q, pooler %s", opt.Seed, opt.Dir, opt.Duration, opt.Broken, cmp.Or(opt.Relay, "polling"), res.Pooler)
+	logf("seed %d, dir %s, duration %s, broken %q, relay %q, pooler %s, failover %s", opt.Seed, opt.Dir, opt.Duration, opt.Broken, cmp.Or(opt.Relay, "polling"), res.Pooler, res.Failover)
 
 	bin, err := build(ctx, opt.Dir)
 	if err != nil {
 		return nil, err
 	}
-	pg, err := StartPG(ctx, opt.Dir)
+	pgs, err := startPostgres(ctx, opt.Dir, opt.Failover, logf)
 	if err != nil {
 		return nil, err
 	}
-	defer pg.Close()
+	defer pgs.Close()
 	defer func() {
 		if err != nil || !res.Verdict.Pass() {
-			logf("postgres data kept in %s", pg.Keep())
+			logf("postgres data kept in %s", pgs.Keep())
 		}
 	}()
-	proxy, err := NewPGProxy(pg.Addr())
+	proxy, err := NewPGProxy(pgs.Primary().Addr())
 	if err != nil {
 		return nil, err
 	}
 	defer proxy.Close()
+	pgs.Follow(proxy)
+	// The services' direct address: the server itself or, with failovers,
+	// an address without faults that follows the primary.
+	direct := pgs.Primary().URL("postgres")
+	if pgs.replicated() {
+		vip, err := NewPGProxy(pgs.Primary().Addr())
+		if err != nil {
+			return nil, err
+		}
+		defer vip.Close()
+		pgs.Follow(vip)
+		direct = strings.Replace(direct, pgs.Primary().Addr(), vip.Addr(), 1)
+	}
 	var bouncer *PgBouncer
 	if res.Pooler == "pgbouncer" {
 		if bouncer, err = StartPgBouncer(ctx, filepath.Join(opt.Dir, "pgbouncer"), proxy.Addr()); err != nil {
@@ -183,10 +228,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 		return nil, err
 	}
 	defer cluster.Close()
-	direct := pg.URL("postgres")
-	proxied := strings.Replace(direct, pg.Addr(), proxy.Addr(), 1)
+	proxied := strings.Replace(pgs.Primary().URL("postgres"), pgs.Primary().Addr(), proxy.Addr(), 1)
 	natsURL := strings.Join(cluster.URLs(), ",")
-	logf("postgres %s (proxy %s), nats %s (%s)", pg.Addr(), proxy.Addr(), natsURL, cluster.NATSServerVersion())
+	logf("postgres %s (proxy %s, direct %s), nats %s (%s)", pgs.Primary().Addr(), proxy.Addr(), direct, natsURL, cluster.NATSServerVersion())
 
 	logical := "PAYMENTS_LOGICAL="
 	if opt.Relay == "logical" {
@@ -279,7 +323,11 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	proxy.SetCommitDropRate(0.03)
 	wg.Go(func() { res.RandomKills = killLoop(loadCtx, sup, killable, rng, cmpDur(opt.KillEvery, 2*time.Second)) })
 	wg.Go(func() { res.NATSNodeKills = natsLoop(loadCtx, cluster, opt.Duration, opt.Seed, logf) })
-	wg.Go(func() { res.PGRestarts = pgLoop(loadCtx, pg, opt.Duration, logf) })
+	if pgs.replicated() {
+		wg.Go(func() { res.Failovers = failoverLoop(loadCtx, pgs.Topology, opt.Duration, logf) })
+	} else {
+		wg.Go(func() { res.PGRestarts = pgLoop(loadCtx, pgs.Primary(), opt.Duration, logf) })
+	}
 	wg.Go(func() { dropLoop(loadCtx, proxy) })
 	wg.Go(func() { progress(loadCtx, history, sup, bouncer, logf) })
 	hostile := &Hostile{}
@@ -292,7 +340,10 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	logf("load and faults over: %d operations; draining", history.Len())
 
 	// Drain: every fault healed, processes restarted without crash points.
-	if err := heal(ctx, cluster, pg, bouncer, direct); err != nil {
+	if pgs.replicated() {
+		res.FailoverRecords, res.FailoversRefused = pgs.Records()
+	}
+	if err := heal(ctx, cluster, pgs.Primary(), bouncer, direct); err != nil {
 		return nil, err
 	}
 	pool, err := pgxpool.New(ctx, direct)
@@ -315,15 +366,54 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := Check(ctx, pool, schema, opt.Relay == "logical", history.Ops(), calls, stream, hostile)
+	v, err := Check(ctx, pool, schema, CheckOptions{Logical: opt.Relay == "logical", Erasable: opt.Failover == "async"}, history.Ops(), calls, stream, hostile)
 	if err != nil {
 		return nil, err
+	}
+	if len(res.FailoverRecords) > 0 {
+		applied, err := appliedTimes(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		measureRecovery(res.FailoverRecords, history.Ops(), stream, applied, calls)
+		for i, r := range res.FailoverRecords {
+			logf("failover %d recovery after promotion: api %s, relay %s, consume %s, dispatch %s", i+1,
+				r.Recovered["api"].Round(time.Millisecond), r.Recovered["relay"].Round(time.Millisecond),
+				r.Recovered["consume"].Round(time.Millisecond), r.Recovered["dispatch"].Round(time.Millisecond))
+		}
+	}
+	if opt.Failover == "async" {
+		// Claims erased after their message was acked: replay the stream
+		// to the consumer, as docs/operations.md tells an operator to,
+		// and check again.
+		res.LostEffectsBefore = v.LostEffects
+		logf("before the replay: %d lost effects, %d phantoms, %d erased; replaying the stream", v.LostEffects, v.Phantoms, v.Erased)
+		if res.Replay, err = replayStream(ctx, bin.payments, env, direct); err != nil {
+			return nil, err
+		}
+		logf("%s", res.Replay)
+		if res.Drained, err = drain(ctx, pool, logf); err != nil {
+			return nil, err
+		}
+		if calls, err = providerCalls(ctx, providerURL); err != nil {
+			return nil, err
+		}
+		if v, err = Check(ctx, pool, schema, CheckOptions{Logical: opt.Relay == "logical", Erasable: true}, history.Ops(), calls, stream, hostile); err != nil {
+			return nil, err
+		}
 	}
 	res.Verdict = v
 	var out bytes.Buffer
 	res.DriftExit = runDrift(ctx, bin.oncekit, direct, &out)
-	if res.DriftExit != 0 {
+	switch {
+	case res.DriftExit != 0 && opt.Failover == "async" && v.PhantomEffects > 0:
+		// Drift finds the effects of phantoms: what it is for.
+		logf("oncekit drift exited %d, as expected with %d phantom effects:\n%s", res.DriftExit, v.PhantomEffects, headLines(out.String(), 20))
+	case res.DriftExit != 0:
 		v.fail(InvDriftClean, "oncekit drift exited %d:\n%s", res.DriftExit, headLines(out.String(), 40))
+	}
+	for inv, n := range v.Consequences {
+		logf("consequence of erasure: %s, %d times, e.g. %s", inv, n, strings.Join(v.Violations[inv], "; "))
 	}
 	if !v.Pass() {
 		for _, inv := range v.Violated() {
@@ -473,10 +563,14 @@ func heal(ctx context.Context, c *NATSCluster, pg *pgcluster.Cluster, b *PgBounc
 // every effect settled, the outbox empty; or until nothing has moved for
 // 30 s (a broken build never catches up), or 5 minutes.
 func drain(ctx context.Context, pool *pgxpool.Pool, logf func(string, ...any)) (bool, error) {
+	// Ledger entries and effects count only for payments that exist: after
+	// an asynchronous failover, phantoms have them too.
 	const q = `SELECT
 		(SELECT count(*) FROM "` + schema + `".payments),
-		(SELECT count(DISTINCT payment_id) FROM "` + schema + `".ledger_entries),
-		(SELECT count(*) FROM "` + schema + `".side_effects WHERE state = 'confirmed'),
+		(SELECT count(DISTINCT l.payment_id) FROM "` + schema + `".ledger_entries l
+			JOIN "` + schema + `".payments p ON p.id = l.payment_id),
+		(SELECT count(*) FROM "` + schema + `".side_effects s
+			JOIN "` + schema + `".payments p ON p.id::text = s.source_id WHERE s.state = 'confirmed'),
 		(SELECT count(*) FROM "` + schema + `".side_effects WHERE state IN ('pending', 'fired')),
 		(SELECT count(*) FROM "` + schema + `".processed_messages)`
 	deadline := time.Now().Add(5 * time.Minute)
@@ -502,6 +596,31 @@ func drain(ctx context.Context, pool *pgxpool.Pool, logf func(string, ...any)) (
 			return false, ctx.Err()
 		}
 	}
+}
+
+// appliedTimes reads when each ledger entry was applied.
+func appliedTimes(ctx context.Context, pool *pgxpool.Pool) ([]time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT applied_at FROM "`+schema+`".ledger_entries`)
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger's times: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[time.Time])
+}
+
+// replayStream runs the consumer's replay of the whole stream (from its
+// first message to its last at the start), as an operator does after an
+// asynchronous failover, and returns its summary line.
+func replayStream(ctx context.Context, payments string, env []string, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, payments, "consume", "-replay-from", "1")
+	cmd.Env = append(append(os.Environ(), env...), "DATABASE_URL="+url)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("payments consume -replay-from 1: %w: %s", err, headLines(string(out), 20))
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
 }
 
 // runDrift runs `oncekit drift` as an operator would, with the service's

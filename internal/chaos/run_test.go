@@ -81,3 +81,43 @@ func (l tlog) Write(p []byte) (int, error) {
 	l.t.Log(string(p))
 	return len(p), nil
 }
+
+// The checker can fail across failovers: each broken build commits one
+// transaction without waiting for the synchronous standby, and a run with
+// failovers in sync mode, which passes on the real build, ends FAIL naming
+// what the failover erased.
+func TestRunCatchesFailoverBrokenBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a chaos run with failovers takes about two minutes")
+	}
+	var tested []string
+	defer func() { require.Equal(t, FailoverBrokenBuilds, tested, "every failover broken build is run, in order") }()
+	for _, tc := range []struct {
+		broken    string
+		violated  []string
+		whatBroke string
+	}{
+		{"payment-commit-local", []string{InvAckedExists},
+			"a payment acknowledged before the standby had it was erased by the failover"},
+		{"claim-commit-local", []string{InvNoLostEffects},
+			"a claim committed and acked before the standby had it was erased by the failover, its message never redelivered"},
+	} {
+		tested = append(tested, tc.broken)
+		t.Run(tc.broken, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			dir, err := os.MkdirTemp("", "oncekit-chaos-test-")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			res, err := Run(ctx, Options{Duration: time.Minute, Broken: tc.broken, Failover: "sync", Dir: dir, Log: tlog{t}})
+			require.NoError(t, err)
+			t.Log(res.Line())
+			require.GreaterOrEqual(t, res.Failovers, 2, "the run failed over")
+			require.GreaterOrEqual(t, res.Verdict.Progress(), 0.9, "the broken build stopped making progress")
+			require.False(t, res.Verdict.Pass(), "the checker missed it: %s", tc.whatBroke)
+			for _, inv := range tc.violated {
+				require.Contains(t, res.Verdict.Violated(), inv, tc.whatBroke)
+			}
+		})
+	}
+}

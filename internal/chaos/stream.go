@@ -19,6 +19,7 @@ type StreamEvent struct {
 	Seq     uint64
 	EventID string
 	Key     string
+	At      time.Time // when JetStream stored it
 }
 
 // readStream reads every message of the stream in order (an ordered
@@ -77,7 +78,7 @@ func readStreamOnce(ctx context.Context, urls []string, name string) ([]StreamEv
 			if err != nil {
 				return nil, err
 			}
-			events = append(events, StreamEvent{Seq: meta.Sequence.Stream, EventID: eventID(m.Headers()), Key: m.Headers().Get(broker.HeaderKey)})
+			events = append(events, StreamEvent{Seq: meta.Sequence.Stream, EventID: eventID(m.Headers()), Key: m.Headers().Get(broker.HeaderKey), At: meta.Timestamp})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, err

@@ -3,15 +3,26 @@ package pgcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 )
 
 // Standby makes a streaming standby of p with pg_basebackup (-R: it
 // follows p as a hot standby, read-only, in recovery) on a port of its own,
 // starts it and waits until it accepts connections. Its log is p's.
 func (p *Cluster) Standby(ctx context.Context) (*Cluster, error) {
+	return p.StandbyVia(ctx, p.Addr())
+}
+
+// StandbyVia is Standby with the standby reaching p at addr (host:port),
+// such as a proxy in front of p: its base backup and its WAL stream both
+// go through addr, which a test can then cut.
+func (p *Cluster) StandbyVia(ctx context.Context, addr string) (*Cluster, error) {
+	host, pport, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: standby's primary address: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	port, err := freePort()
@@ -32,8 +43,8 @@ func (p *Cluster) Standby(ctx context.Context) (*Cluster, error) {
 			return fail(err)
 		}
 	}
-	if err := s.run(ctx, "pg_basebackup", "-D", s.data, "-R", "-X", "stream", "--no-sync",
-		"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"); err != nil {
+	if err := s.run(ctx, "pg_basebackup", "-D", s.data, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast",
+		"-h", host, "-p", pport, "-U", "postgres"); err != nil {
 		return fail(err)
 	}
 	// The copied postgresql.conf names p's port and socket: later lines win.

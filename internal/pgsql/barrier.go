@@ -31,6 +31,9 @@ const SyncBarrierSQL = `SELECT pg_logical_emit_message(true, 'oncekit.sync-barri
 	FROM (SELECT set_config('synchronous_commit', 'on', true)) s
 	WHERE current_setting('synchronous_standby_names') <> ''`
 
+// SyncStandbysSQL asks whether the server names synchronous standbys.
+const SyncStandbysSQL = `SELECT current_setting('synchronous_standby_names') <> ''`
+
 // syncCheckEvery is how often SyncStandbys asks the server again.
 const syncCheckEvery = 10 * time.Second
 
@@ -52,7 +55,7 @@ func (s *SyncStandbys) On(ctx context.Context, q oncekit.Querier) bool {
 		return s.on
 	}
 	var on bool
-	if err := q.QueryRow(ctx, `SELECT current_setting('synchronous_standby_names') <> ''`).Scan(&on); err != nil {
+	if err := q.QueryRow(ctx, SyncStandbysSQL).Scan(&on); err != nil {
 		return true
 	}
 	s.on, s.at = on, time.Now()
