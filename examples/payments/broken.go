@@ -69,7 +69,6 @@ const (
 	brokenPaymentCommitLocal = "payment-commit-local"
 )
 
-
 // commitLocal makes tx's commit wait for the local disk only, not for the
 // synchronous standby: the bug of a service that turned synchronous
 // replication off for one transaction to make it faster.
