@@ -139,7 +139,8 @@ func uniqueIDs(t *testing.T, b *bundle) map[string]bool {
 // missing on a server of the same system on a later timeline, and stops
 // with a SlotLostError naming the window of events that may be missing:
 // from the position it last recorded (logical_slots, replicated) to the
-// timeline's switch point. It makes no new slot.
+// timeline's switch point. It makes no new slot, and streams from none
+// made there after the switch.
 func TestLogicalRelayStopsWhenAFailoverLostItsSlot(t *testing.T) {
 	t.Parallel()
 	rig := newFailoverRig(t, false)
@@ -201,6 +202,20 @@ func TestLogicalRelayStopsWhenAFailoverLostItsSlot(t *testing.T) {
 	require.Zero(t, slots, "the relay made a new slot")
 	require.EqualValues(t, 20, streamCount(t, b.stream), "events published from a new slot")
 	t.Logf("stopped %v after the failover: %v", took.Round(time.Millisecond), runErr)
+
+	// A slot made on the promoted server under the name (by hand, by a
+	// tool) starts after the switch: it is not the one the relay
+	// confirmed into.
+	query(t, rig.standby, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, []any{"oncekit_" + b.db.Schema})
+	r, err = outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
+		StatusInterval: 200 * time.Millisecond, Table: outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	err = r.Run(ctx)
+	require.ErrorAs(t, err, &lost)
+	require.Equal(t, "replaced", lost.Reason, "%v", err)
+	require.Equal(t, recorded.String(), lost.Confirmed)
+	require.Contains(t, err.Error(), "made anew on this server after a failover")
+	require.EqualValues(t, 20, streamCount(t, b.stream), "events published from the new slot")
 }
 
 // On PostgreSQL 17 with a failover slot, a standby that syncs it, and

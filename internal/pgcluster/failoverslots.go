@@ -59,7 +59,7 @@ func (p *Cluster) FailoverStandby(ctx context.Context, slot string) (*Cluster, e
 		}
 	}
 	if _, err := os.Stat(p.Tool("pg_basebackup")); err == nil {
-		err = s.run(ctx, "pg_basebackup", "-D", s.data, "-X", "none", "--no-sync",
+		err = s.run(ctx, "pg_basebackup", "-D", s.data, "-X", "none", "-c", "fast", "--no-sync",
 			"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres")
 		if err != nil {
 			return fail(err)
