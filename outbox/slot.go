@@ -70,6 +70,10 @@ type SlotStatus struct {
 	// may not read other sessions' replication statistics (grant it
 	// pg_read_all_stats).
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+	// Standby is a standby's copy of the slot, when the caller read one
+	// (StandbySlotStatus; oncekit status --standby-url); SlotStatus leaves
+	// it nil.
+	Standby *StandbySlot `json:"standby,omitempty"`
 }
 
 // Behind says that the slot holds something back: WAL not yet confirmed,
