@@ -106,6 +106,11 @@ func (r *LogicalRelay) checkFailover(ctx context.Context) (serverIdentity, error
 		r.log.Warn("the relay had published events committed after the failover's switch point, which the promoted server does not have "+
 			"(was synchronized_standby_slots set on the old primary?)", "switch_lsn", switched.String(), "recorded_lsn", recorded.String())
 	}
+	// Recorded on the new timeline before the relay streams past the
+	// switch: else a later lease would take the slot for one made anew.
+	if _, err := r.pool.Exec(ctx, pgsql.Render(slotRecordSQL, r.ob.schema), r.ob.slot, s.ConfirmedLSN, id.timeline, id.systemID); err != nil {
+		return id, fmt.Errorf("outbox: record the slot on the new timeline: %w", err)
+	}
 	r.log.Info("the slot was kept across a failover; streaming from its copy (events after its position are published again)",
 		"from_timeline", since, "to_timeline", id.timeline, "switch_lsn", lost.SwitchLSN, "slot_lsn", s.ConfirmedLSN, "recorded_lsn", recorded.String())
 	return id, nil

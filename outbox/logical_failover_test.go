@@ -251,7 +251,7 @@ func TestLogicalRelayKeepsItsSlotAcrossAFailoverOn17(t *testing.T) {
 			want = append(want, m)
 		}
 	}
-	onPrimary := func(m ...broker.Message) { enqueue(t, b.db, b.ob, m...) }
+	onPrimary := func(m ...broker.Message) { enqueueRetrying(t, b, m...) }
 	add(30, 0, onPrimary)
 	waitCount(t, b.stream, 30, 30*time.Second)
 
@@ -270,6 +270,13 @@ func TestLogicalRelayKeepsItsSlotAcrossAFailoverOn17(t *testing.T) {
 	}
 	t.Logf("ready again %v after the standby started again", time.Since(resumed).Round(time.Millisecond))
 	waitCount(t, b.stream, uint64(len(want)), 30*time.Second)
+
+	// A copy further behind the primary's position than StandbyMaxLag is
+	// not ready, though synced.
+	far, err := b.ob.StandbySlotStatus(context.Background(), standby, outbox.SlotStatus{ConfirmedLSN: "1/0"}, 64<<10)
+	require.NoError(t, err)
+	require.True(t, far.Synced && !far.Temporary && far.Invalidation == "")
+	require.False(t, far.Ready, "a copy %d bytes behind is ready", far.LagBytes)
 
 	// Committed while the broker is down: neither published nor confirmed
 	// when the primary goes.
@@ -295,4 +302,12 @@ func TestLogicalRelayKeepsItsSlotAcrossAFailoverOn17(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond, "the relay records the slot on the new timeline")
 	t.Logf("all %d events published %v after the promotion (%d messages in the stream)", len(want), took.Round(time.Millisecond), streamCount(t, b.stream))
 	stop()
+
+	// A relay started later on the promoted server streams on: the slot,
+	// recorded on the new timeline, is not taken for one made there.
+	pub2, _ := publisher(t, br.url)
+	b.startLogicalRelay(t, pub2, outbox.LogicalRelayConfig{})
+	add(1, 0, onPrimary)
+	require.Eventually(t, func() bool { return len(uniqueIDs(t, b)) == len(want) }, 30*time.Second, 50*time.Millisecond,
+		"a relay started after the failover publishes")
 }
