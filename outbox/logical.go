@@ -52,6 +52,19 @@ type LogicalRelayConfig struct {
 	// at once when a message is unparked (Unpark notifies) or written
 	// into it by this relay, so the idle relay need not poll it often.
 	Table RelayConfig
+	// Standby reaches a standby that a failover may promote (PostgreSQL
+	// 17, sync_replication_slots), with the privileges to read
+	// pg_replication_slots: every StatusInterval the relay reads the
+	// standby's copy of its slot into the gauges
+	// oncekit_outbox_logical_standby_slot_ready and
+	// oncekit_outbox_logical_standby_slot_lag_bytes (StandbySlotStatus).
+	// Nil: the relay reads no standby and has neither gauge.
+	Standby oncekit.Querier
+	// StandbyMaxLag is the most bytes the standby's copy of the slot may
+	// be behind the primary's and be ready: a failover publishes again what
+	// the copy had not confirmed, and past the broker's duplicate window
+	// consumers see it twice. Defaults to 16 MiB.
+	StandbyMaxLag int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the relay's metrics. Nil means no metrics.
@@ -66,6 +79,7 @@ func (c *LogicalRelayConfig) withDefaults() LogicalRelayConfig {
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 10)
 	out.MinBackoff = cmp.Or(out.MinBackoff, 500*time.Millisecond)
 	out.MaxBackoff = cmp.Or(out.MaxBackoff, 5*time.Second)
+	out.StandbyMaxLag = cmp.Or(out.StandbyMaxLag, 16<<20)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -78,7 +92,7 @@ func (c *LogicalRelayConfig) withDefaults() LogicalRelayConfig {
 
 func (c *LogicalRelayConfig) validate() error {
 	bad := cfgerr.For(ErrInvalidConfig, "outbox: LogicalRelayConfig")
-	if err := bad.IfNegative(c, "BatchSize", "PublishTimeout", "StatusInterval", "MaxAttempts", "MinBackoff", "MaxBackoff"); err != nil {
+	if err := bad.IfNegative(c, "BatchSize", "PublishTimeout", "StatusInterval", "MaxAttempts", "MinBackoff", "MaxBackoff", "StandbyMaxLag"); err != nil {
 		return err
 	}
 	if c.MinBackoff > c.MaxBackoff {
@@ -114,6 +128,9 @@ type LogicalRelay struct {
 	// within the lease it holds (0 outside one): the slot's own moving
 	// past it means another slot took its name (see slotLost).
 	known atomic.Uint64
+	// record is where the relay last recorded its slot standing, within
+	// the lease it holds.
+	record slotRecord
 }
 
 // NewLogicalRelay returns a relay for ob's schema: it streams through a
@@ -137,7 +154,7 @@ func NewLogicalRelay(pool oncekit.Pool, connString string, ob *Outbox, pub broke
 	if err != nil {
 		return nil, err
 	}
-	m, err := newLogicalMetrics(c.Registerer)
+	m, err := newLogicalMetrics(c.Registerer, c.Standby != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +258,15 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 	}
 	r.m.standby.Set(0)
 	r.log.Info("lease taken; streaming")
+	id, err := r.checkFailover(ctx)
+	if err != nil {
+		if errors.Is(err, ErrSlotLost) {
+			r.m.lost.Set(1)
+		}
+		return err
+	}
+	r.startRecord(id)
+	defer r.endRecord()
 	if err := r.ob.SetUpLogical(ctx, r.pool); err != nil {
 		if errors.Is(err, ErrSlotLost) {
 			r.m.lost.Set(1)

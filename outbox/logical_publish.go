@@ -325,9 +325,10 @@ type logicalMetrics struct {
 	published, failures, parked, undecodable prometheus.Counter
 	lag, standby                             prometheus.Gauge
 	retained, active, lost, lagSeconds       prometheus.Gauge
+	standbyReady, standbyLag                 prometheus.Gauge // registered with a Standby only
 }
 
-func newLogicalMetrics(reg prometheus.Registerer) (*logicalMetrics, error) {
+func newLogicalMetrics(reg prometheus.Registerer, standby bool) (*logicalMetrics, error) {
 	const ns, sub = "oncekit", "outbox_logical"
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
@@ -347,8 +348,13 @@ func newLogicalMetrics(reg prometheus.Registerer) (*logicalMetrics, error) {
 		lost:        gauge("slot_lost", "1 once the replication slot was dropped, invalidated (wal_status lost) or replaced: the relay stops."),
 		lagSeconds:  gauge("slot_lag_seconds", "The slot's lag in time as PostgreSQL measures it while a relay streams (pg_stat_replication.flush_lag; PostgreSQL 17: the time an inactive slot has been inactive); NaN when unknown."),
 	}
-	if err := promshare.RegisterAlone(reg, "outbox: LogicalRelayConfig.Registerer", "logical relay",
-		m.published, m.failures, m.parked, m.undecodable, m.lag, m.standby, m.retained, m.active, m.lost, m.lagSeconds); err != nil {
+	m.standbyReady = gauge("standby_slot_ready", "1 while the standby's copy of the replication slot would survive a failover (PostgreSQL 17: synced, persisted, valid, within StandbyMaxLag of the primary's), 0 while not or while the standby cannot be read; only with LogicalRelayConfig.Standby.")
+	m.standbyLag = gauge("standby_slot_lag_bytes", "How far the standby's copy of the replication slot is behind the primary's confirmed position; only with LogicalRelayConfig.Standby.")
+	cs := []prometheus.Collector{m.published, m.failures, m.parked, m.undecodable, m.lag, m.standby, m.retained, m.active, m.lost, m.lagSeconds}
+	if standby {
+		cs = append(cs, m.standbyReady, m.standbyLag)
+	}
+	if err := promshare.RegisterAlone(reg, "outbox: LogicalRelayConfig.Registerer", "logical relay", cs...); err != nil {
 		return nil, err
 	}
 	return m, nil

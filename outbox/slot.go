@@ -70,6 +70,10 @@ type SlotStatus struct {
 	// may not read other sessions' replication statistics (grant it
 	// pg_read_all_stats).
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+	// Standby is a standby's copy of the slot, when the caller read one
+	// (StandbySlotStatus; oncekit status --standby-url); SlotStatus leaves
+	// it nil.
+	Standby *StandbySlot `json:"standby,omitempty"`
 }
 
 // Behind says that the slot holds something back: WAL not yet confirmed,
@@ -128,14 +132,27 @@ var ErrSlotLost = errors.New("outbox: the logical relay's replication slot is lo
 type SlotLostError struct {
 	// Slot is the slot's name.
 	Slot string
-	// Reason is "dropped", "invalidated" or "replaced".
+	// Reason is "dropped", "invalidated", "replaced" or "failover" (the
+	// slot is missing on a server promoted since the relay last recorded
+	// it: PostgreSQL before 17, or a standby without a ready copy).
 	Reason string
 	// Confirmed is the last position known confirmed, when known: events
 	// committed after it may be missing from the stream.
 	Confirmed string
+	// ConfirmedAt is when the relay recorded Confirmed in logical_slots,
+	// when that record is what Confirmed comes from: the events enqueued
+	// since may be missing.
+	ConfirmedAt time.Time
 	// Created is when SetUpLogical created the slot (its row in
 	// logical_slots), when known.
 	Created time.Time
+	// After a failover (Reason "failover", or "replaced" by a slot made
+	// on the promoted server): the timeline the relay last recorded the
+	// slot on, the server's timeline now, and the position where the
+	// recorded timeline ended (SwitchLSN, empty when unknown). The events
+	// that may be missing were committed between Confirmed and SwitchLSN.
+	FromTimeline, ToTimeline int64
+	SwitchLSN                string
 }
 
 // Error implements error.
@@ -150,18 +167,39 @@ func (e *SlotLostError) Error() string {
 		what = fmt.Sprintf("replication slot %q was dropped (oncekit created it%s, as its row in logical_slots records, and it is gone)", e.Slot, when)
 	case "invalidated":
 		what = fmt.Sprintf("replication slot %q was invalidated (wal_status lost: it held more WAL than max_slot_wal_keep_size and the server removed it)", e.Slot)
+	case "failover":
+		what = fmt.Sprintf("replication slot %q is not on this server, promoted since the relay last recorded the slot "+
+			"(timeline %d became %d%s): before PostgreSQL 17, or without a ready copy on the promoted standby "+
+			"(failover slot, sync_replication_slots), no slot survives a failover", e.Slot, e.FromTimeline, e.ToTimeline, e.switched())
 	default:
 		what = fmt.Sprintf("replication slot %q was replaced by another (its confirmed position moved past what the relay confirmed)", e.Slot)
+		if e.ToTimeline > e.FromTimeline {
+			what = fmt.Sprintf("replication slot %q was made anew on this server after a failover (timeline %d became %d%s; "+
+				"the slot's position is past the switch)", e.Slot, e.FromTimeline, e.ToTimeline, e.switched())
+		}
 	}
 	since := "its last confirmed position"
 	if e.Confirmed != "" {
 		since = e.Confirmed
+	}
+	if !e.ConfirmedAt.IsZero() {
+		since += " (recorded " + e.ConfirmedAt.UTC().Format(time.RFC3339) + ")"
+	}
+	if e.SwitchLSN != "" {
+		since += " and up to the failover at " + e.SwitchLSN
 	}
 	return fmt.Sprintf("%v: %s; events committed after %s may never be published, and the relay will not stream from a new slot. "+
 		"Publish what is missing again from the business data (or accept its loss), then drop the slot if it is left "+
 		"(SELECT pg_drop_replication_slot('%s')) and its row (DELETE FROM logical_slots WHERE slot = '%s', in the outbox's schema), "+
 		"and start the relay again: it creates the slot anew (docs/runbook.md#oncekitoutboxslotlost)",
 		ErrSlotLost, what, since, e.Slot, e.Slot)
+}
+
+func (e *SlotLostError) switched() string {
+	if e.SwitchLSN == "" {
+		return ""
+	}
+	return " at " + e.SwitchLSN
 }
 
 // Unwrap returns ErrSlotLost.
@@ -211,6 +249,7 @@ func (r *LogicalRelay) refreshSlot(ctx context.Context, holding bool) error {
 	r.m.lag.Set(float64(s.LagBytes))
 	r.m.retained.Set(float64(s.RetainedBytes))
 	r.m.active.Set(b2f(s.Active))
+	r.refreshStandby(ctx, s)
 	if s.LagSeconds != nil {
 		r.m.lagSeconds.Set(*s.LagSeconds)
 	} else {
@@ -225,8 +264,11 @@ func (r *LogicalRelay) refreshSlot(ctx context.Context, holding bool) error {
 		return lost
 	}
 	r.m.lost.Set(0)
-	if c, err := pglogrepl.ParseLSN(s.ConfirmedLSN); err == nil && holding && known == 0 {
-		r.noteConfirmed(c)
+	if c, err := pglogrepl.ParseLSN(s.ConfirmedLSN); err == nil && holding {
+		if known == 0 {
+			r.noteConfirmed(c)
+		}
+		r.recordSlot(ctx, c)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekit/oncekit/broker"
@@ -32,7 +33,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	var nf natsFlags
 	db.register(fs, e)
 	nf.register(fs, e)
-	var listenFlag, replURLFlag envString
+	var listenFlag, replURLFlag, standbyURLFlag envString
 	var (
 		cfg       outbox.RelayConfig
 		stream    = fs.String("stream", "", "create or update this JetStream stream at start (with --subjects); by default the stream must exist")
@@ -46,6 +47,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		slot      = fs.String("slot", "", "`NAME` of the replication slot and publication of --logical (default oncekit_ and the schema)")
 	)
 	fs.Var(&replURLFlag, "replication-url", "PostgreSQL `URL` of --logical's replication stream and lease, which need a direct connection to the server, not a pooler's (default: env ONCEKIT_REPLICATION_URL, else the database URL); the rest may go through a pooler")
+	fs.Var(&standbyURLFlag, "standby-url", "PostgreSQL `URL` of a standby a failover may promote (PostgreSQL 17, sync_replication_slots): --logical reads its copy of the slot into oncekit_outbox_logical_standby_slot_ready (default: env ONCEKIT_STANDBY_URL, else none and no such gauge)")
 	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
 	fs.StringVar(&cfg.ID, "id", "", "name of this relay in the lease tables (default hostname-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", 1000, "most rows read and published at once per partition")
@@ -86,6 +88,13 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	replURL := replURLFlag.resolve(e, "ONCEKIT_REPLICATION_URL", db.url())
 	if err := checkURL(replURL); err != nil {
 		return usagef("--replication-url: %v", err)
+	}
+	standbyURL := standbyURLFlag.resolve(e, "ONCEKIT_STANDBY_URL", "")
+	if standbyURL != "" && !*logical {
+		return usagef("--standby-url needs --logical")
+	}
+	if err := checkURL(standbyURL); standbyURL != "" && err != nil {
+		return usagef("--standby-url: %v", err)
 	}
 	// Enough connections for a worker per partition (up to 64) plus the
 	// loops; the pool opens them only as they are needed.
@@ -140,9 +149,17 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		if !flagSet(fs, "poll-interval") {
 			cfg.PollInterval = 0 // the logical relay's default for its table
 		}
-		relay, err = outbox.NewLogicalRelay(pool, replURL, ob, pub, &outbox.LogicalRelayConfig{
-			PublishTimeout: cfg.PublishTimeout, BatchSize: cfg.BatchSize, Table: cfg, Logger: log,
-			Registerer: reg})
+		lcfg := &outbox.LogicalRelayConfig{PublishTimeout: cfg.PublishTimeout, BatchSize: cfg.BatchSize, Table: cfg, Logger: log,
+			Registerer: reg}
+		if standbyURL != "" {
+			standby, err := openStandby(standbyURL)
+			if err != nil {
+				return usagef("--standby-url: %v", err)
+			}
+			defer standby.Close()
+			lcfg.Standby = standby
+		}
+		relay, err = outbox.NewLogicalRelay(pool, replURL, ob, pub, lcfg)
 	} else {
 		relay, err = outbox.NewRelay(pool, ob, pub, &cfg)
 	}
@@ -209,4 +226,16 @@ func readSigner(file, keyID string) (*eventsig.Signer, error) {
 		return nil, fmt.Errorf("%s holds %d bytes; want an Ed25519 seed (32) or private key (64)", file, len(key))
 	}
 	return eventsig.NewSigner(keyID, ed25519.PrivateKey(key))
+}
+
+// openStandby opens a pool of at most two connections to a standby, for
+// the logical relay's read of its copy of the slot. It connects lazily: a
+// standby down is a gauge at 0, not a relay that cannot start.
+func openStandby(url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 2
+	return pgxpool.NewWithConfig(context.Background(), cfg)
 }

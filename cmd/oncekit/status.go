@@ -13,9 +13,10 @@ import (
 
 	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/migrations"
+	"github.com/oncekit/oncekit/outbox"
 )
 
-const statusUsage = `status [--json] [--metrics URL ...]
+const statusUsage = `status [--json] [--metrics URL ...] [--standby-url URL]
 
 Reads every figure in one read-only transaction, each through an index or
 under a limit. Inbox processed and duplicate counts live in the consumers'
@@ -28,6 +29,8 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	overdue := fs.Duration("overdue", 5*time.Minute, "a pending effect this far past due counts as overdue")
 	recent := fs.Duration("recent", 24*time.Hour, "confirmed and failed effects are counted over this window")
+	var standbyURL envString
+	fs.Var(&standbyURL, "standby-url", "PostgreSQL `URL` of a standby a failover may promote: the slot's line says whether its copy of the slot is ready (default: env ONCEKIT_STANDBY_URL, else none)")
 	slot := fs.String("slot", "", "`NAME` of the logical relay's replication slot, shown when the schema runs in logical mode (default oncekit_ and the schema)")
 	metricsURLs := &listFlag[string]{parse: func(v string) (string, error) {
 		if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
@@ -59,6 +62,14 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if u := standbyURL.resolve(e, "ONCEKIT_STANDBY_URL", ""); u != "" && rep.Outbox.Slot != nil {
+		if err := checkURL(u); err != nil {
+			return usagef("--standby-url: %v", err)
+		}
+		if err := addStandbyCopy(ctx, &rep, db.schema(), *slot, u); err != nil {
+			return err
+		}
 	}
 	for _, u := range metricsURLs.items {
 		if err := addConsumerMetrics(ctx, &rep, u); err != nil {
@@ -121,4 +132,23 @@ func consumerEntry(rep *report.Status, name string) *report.Consumer {
 	}
 	rep.Consumers = append(rep.Consumers, report.Consumer{Name: name})
 	return &rep.Consumers[len(rep.Consumers)-1]
+}
+
+// addStandbyCopy reads the standby's copy of the slot at url into rep.
+func addStandbyCopy(ctx context.Context, rep *report.Status, schema, slot, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("--standby-url: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	ob, err := outbox.New(&outbox.Config{Schema: schema, Slot: slot})
+	if err != nil {
+		return err
+	}
+	c, err := ob.StandbySlotStatus(ctx, conn, *rep.Outbox.Slot, 16<<20)
+	if err != nil {
+		return err
+	}
+	rep.Outbox.Slot.Standby = &c
+	return nil
 }

@@ -165,5 +165,25 @@ func slotLine(s outbox.SlotStatus) string {
 	if s.SafeWALBytes != nil {
 		line += "; invalidated after " + report.BytesIEC(*s.SafeWALBytes) + " more"
 	}
+	if s.Standby != nil {
+		line += "; standby's copy " + standbyCopy(*s.Standby)
+	}
 	return line
+}
+
+// standbyCopy says whether a failover to the standby keeps the slot.
+func standbyCopy(c outbox.StandbySlot) string {
+	switch {
+	case !c.Exists:
+		return "MISSING: a failover loses the slot !"
+	case !c.Synced:
+		return "NOT SYNCED (PostgreSQL 17, sync_replication_slots): a failover loses the slot !"
+	case c.Temporary:
+		return "NOT READY, temporary (the standby has not caught up with it) !"
+	case c.Invalidation != "":
+		return "INVALIDATED (" + c.Invalidation + ") !"
+	case !c.Ready:
+		return "BEHIND " + report.BytesIEC(c.LagBytes) + " !"
+	}
+	return "ready, " + report.BytesIEC(c.LagBytes) + " behind"
 }

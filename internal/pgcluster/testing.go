@@ -25,3 +25,22 @@ func StartForTest(ctx context.Context, t testing.TB, opt Options) *Cluster {
 	t.Cleanup(pg.Close)
 	return pg
 }
+
+// StartPG17ForTest is StartForTest on PostgreSQL 17 (PG17Bin). It skips t
+// when PostgreSQL 17 is not installed (`make pg17` installs it).
+func StartPG17ForTest(ctx context.Context, t testing.TB, opt Options) *Cluster {
+	t.Helper()
+	bin, err := PG17Bin()
+	if errors.Is(err, ErrNoPG17) {
+		t.Skip("PostgreSQL 17 is not installed: run `make pg17` (or set " + PG17BinEnv + ")")
+	}
+	if opt.LogDir == "" {
+		opt.LogDir = t.TempDir()
+	}
+	pg, err := StartIn(ctx, bin, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	return pg
+}
