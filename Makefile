@@ -53,8 +53,9 @@ DURATION ?= 2m
 BROKEN   ?=
 RATE     ?=
 
-chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…, RATE=requests/s, RELAY=logical, POOLER=pgbouncer, FAILOVER=sync|async)
-	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE)) $(if $(RELAY),-relay $(RELAY)) $(if $(POOLER),-pooler $(POOLER)) $(if $(FAILOVER),-failover $(FAILOVER))
+chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…, RATE=requests/s, RELAY=logical, POOLER=pgbouncer, FAILOVER=sync|async, PG=17)
+	$(if $(filter 17,$(PG)),./scripts/install-pg17.sh)
+	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE)) $(if $(RELAY),-relay $(RELAY)) $(if $(POOLER),-pooler $(POOLER)) $(if $(FAILOVER),-failover $(FAILOVER)) $(if $(PG),-pg $(PG))
 
 BENCH_COUNT ?= 3
 BENCH_NOTE  ?=

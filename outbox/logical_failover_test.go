@@ -86,7 +86,7 @@ func (rig *failoverRig) failover(t *testing.T) {
 	t.Helper()
 	require.NoError(t, rig.primary.StopImmediate())
 	start := time.Now()
-	require.NoError(t, rig.standby.PromoteForTest(context.Background()))
+	require.NoError(t, rig.standby.Promote(context.Background()))
 	t.Logf("standby promoted in %v", time.Since(start).Round(time.Millisecond))
 	rig.addr.moveTo(rig.standby.Addr())
 	rig.b.db.Pool.Reset() // its connections went with the old primary

@@ -87,6 +87,7 @@ type Verdict struct {
 	// invariant, with a few examples in Violations.
 	Consequences map[string]int
 	erasable     map[string]bool
+	ackedMissing int // acknowledged payments the database does not hold
 }
 
 // erasureBreaks are the invariants an asynchronous failover breaks by
@@ -241,7 +242,9 @@ func checkOps(v *Verdict, erasable bool, ops []Op, payments map[string]payment) 
 		switch {
 		case op.Outcome == OK && !exists && erasable:
 			v.Erased++
+			v.ackedMissing++
 		case op.Outcome == OK && !exists:
+			v.ackedMissing++
 			v.Lost++
 			v.fail(InvAckedExists, "key %s acknowledged (HTTP %d) but payment %s does not exist", op.Key, op.Status, id)
 		case op.Outcome == Failed && exists:
@@ -560,14 +563,16 @@ func checkSettled(ctx context.Context, v *Verdict, pool *pgxpool.Pool, ob *outbo
 	return nil
 }
 
-// Progress is the share of the acknowledged payments that reached the
-// ledger: a broken build that merely stopped working is caught by any
-// checker, so the broken builds must show progress too.
+// Progress is the share of the acknowledged payments the database holds
+// that reached the ledger: a broken build that merely stopped working is
+// caught by any checker, so the broken builds must show progress too. (An
+// acknowledged payment the database lost is what a broken build is caught
+// by, not a sign that the chain after it stopped.)
 func (v *Verdict) Progress() float64 {
-	if v.OK == 0 {
+	if v.OK-v.ackedMissing <= 0 {
 		return 0
 	}
-	return min(float64(v.LedgerEntries)/float64(v.OK), 1)
+	return min(float64(v.LedgerEntries)/float64(v.OK-v.ackedMissing), 1)
 }
 
 // Summary is the verdict in one machine-readable line, without the run's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,8 @@ func recoverySummary(recs []FailoverRecord) string {
 // dies. In sync mode its commits wait for the standby during that moment;
 // in async mode they do not, and the failover loses them.
 type Topology struct {
-	sync bool
+	sync  bool
+	slots SlotSync
 	// Partition is how long the standby is cut off before the primary
 	// dies. Defaults to a second.
 	Partition time.Duration
@@ -149,17 +151,28 @@ type Topology struct {
 
 // NewTopology makes a standby of primary and waits until it streams (in
 // sync, if sync). Addresses are added with Follow.
-func NewTopology(ctx context.Context, primary *pgcluster.Cluster, sync bool) (*Topology, error) {
+func NewTopology(ctx context.Context, primary *pgcluster.Cluster, sync bool, slots SlotSync) (*Topology, error) {
 	link, err := NewPGProxy(primary.Addr())
 	if err != nil {
 		return nil, err
 	}
-	t := &Topology{sync: sync, primary: primary, link: link, Partition: time.Second}
+	t := &Topology{sync: sync, slots: slots, primary: primary, link: link, Partition: time.Second}
 	if err := t.rebuild(ctx); err != nil {
 		link.Close()
 		return nil, err
 	}
 	return t, nil
+}
+
+// SlotSync has the standby keep copies of the primary's failover slots
+// (PostgreSQL 17): it streams through a physical slot named Standby, with
+// sync_replication_slots on. Wait sets the primary's
+// synchronized_standby_slots to that slot, so that logical decoding sends
+// nothing the standby lacks; without it a logical relay can publish a
+// commit a failover erases.
+type SlotSync struct {
+	Standby string
+	Wait    bool
 }
 
 // Follow makes p one of the addresses that move to the new primary.
@@ -193,6 +206,10 @@ func (t *Topology) Close() {
 // Keep keeps the primary's data directory for a post-mortem.
 func (t *Topology) Keep() string { return t.Primary().Keep() }
 
+// errSlotsNotReady refuses a failover that would lose the logical relay's
+// slot: the standby has no ready copy of it.
+var errSlotsNotReady = errors.New("the standby's copies of the failover slots are not ready")
+
 // errNotInSync refuses a failover that would lose committed transactions
 // the replication promised to keep.
 var errNotInSync = errors.New("the standby is not in sync")
@@ -217,6 +234,11 @@ func (t *Topology) Failover(ctx context.Context) (FailoverRecord, error) {
 		return rec, t.refuse(fmt.Errorf("read the standby's state: %w", err))
 	case t.sync && (r.State != "streaming" || r.SyncState != "sync"):
 		return rec, t.refuse(fmt.Errorf("%w: %s, %s", errNotInSync, r.State, r.SyncState))
+	}
+	if t.slots.Standby != "" {
+		if ready, why := slotsReady(ctx, old, next); !ready {
+			return rec, t.refuse(fmt.Errorf("%w: %s", errSlotsNotReady, why))
+		}
 	}
 	rec.FlushLag = r.FlushLag
 	t.link.Retarget(unreachable)
@@ -267,7 +289,18 @@ func (t *Topology) refuse(err error) error {
 // in sync mode until it is the synchronous one.
 func (t *Topology) rebuild(ctx context.Context) error {
 	primary := t.Primary()
-	s, err := primary.StandbyVia(ctx, t.link.Addr())
+	var s *pgcluster.Cluster
+	var err error
+	if t.slots.Standby != "" {
+		s, err = primary.FailoverStandbyVia(ctx, t.slots.Standby, t.link.Addr())
+		if err == nil && !t.slots.Wait {
+			if err = primary.Exec(ctx, `ALTER SYSTEM RESET synchronized_standby_slots`); err == nil {
+				err = primary.Exec(ctx, `SELECT pg_reload_conf()`)
+			}
+		}
+	} else {
+		s, err = primary.StandbyVia(ctx, t.link.Addr())
+	}
 	if err != nil {
 		return fmt.Errorf("make a standby: %w", err)
 	}
@@ -276,7 +309,7 @@ func (t *Topology) rebuild(ctx context.Context) error {
 	t.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return wait.Until(wctx, 100*time.Millisecond, func(ctx context.Context) error {
+	err = wait.Until(wctx, 100*time.Millisecond, func(ctx context.Context) error {
 		r, err := primary.Replica(ctx)
 		switch {
 		case err != nil:
@@ -288,6 +321,44 @@ func (t *Topology) rebuild(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err != nil || t.slots.Standby == "" {
+		return err
+	}
+	// A new standby copies a failover slot only once the slot's position on
+	// the primary has passed the standby's base backup; a running-xacts
+	// record lets it move. Waiting here is best effort: Failover checks
+	// again, and refuses while the copies are not ready.
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_ = wait.Until(sctx, 250*time.Millisecond, func(ctx context.Context) error {
+		_ = primary.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+		if ready, why := slotsReady(ctx, primary, s); !ready {
+			return errors.New(why)
+		}
+		return nil
+	})
+	return nil
+}
+
+// slotsReady reports whether standby holds a ready copy of each of
+// primary's failover slots (synced, not temporary, not invalidated), and
+// if not, why.
+func slotsReady(ctx context.Context, primary, standby *pgcluster.Cluster) (bool, string) {
+	var want []string
+	if err := primary.QueryStrings(ctx, `SELECT slot_name FROM pg_replication_slots WHERE failover`, &want); err != nil {
+		return false, err.Error()
+	}
+	var ready []string
+	if err := standby.QueryStrings(ctx, `SELECT slot_name FROM pg_replication_slots
+		WHERE synced AND NOT temporary AND invalidation_reason IS NULL`, &ready); err != nil {
+		return false, err.Error()
+	}
+	for _, w := range want {
+		if !slices.Contains(ready, w) {
+			return false, fmt.Sprintf("no ready copy of slot %q", w)
+		}
+	}
+	return true, ""
 }
 
 // failoverLoop fails the database over at every quarter of the run (at

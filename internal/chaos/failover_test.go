@@ -31,7 +31,7 @@ func TestFailoverPromotesOnlyAStandbyInSync(t *testing.T) {
 		t.Skip("PostgreSQL server binaries are not installed")
 	}
 	require.NoError(t, err)
-	topo, err := NewTopology(ctx, pg, true)
+	topo, err := NewTopology(ctx, pg, true, SlotSync{})
 	if err != nil {
 		pg.Close()
 	}

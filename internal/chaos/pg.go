@@ -1,7 +1,9 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 
 	"github.com/oncekit/oncekit/internal/pgcluster"
 )
@@ -33,21 +35,40 @@ type postgres struct {
 
 // startPostgres starts the run's server and, for a failover mode, its
 // standby.
-func startPostgres(ctx context.Context, dir, failover string, logf func(string, ...any)) (*postgres, error) {
+func startPostgres(ctx context.Context, opt Options, logf func(string, ...any)) (*postgres, error) {
 	settings := pgSettings
-	if failover == "sync" {
+	if opt.Failover == "sync" {
 		settings += syncSettings
 	}
-	pg, err := pgcluster.Start(ctx, pgcluster.Options{LogDir: dir, Settings: settings})
-	if err != nil || failover == "" {
+	pgOpt := pgcluster.Options{LogDir: opt.Dir, Settings: settings}
+	var pg *pgcluster.Cluster
+	var err error
+	if opt.PG == "17" {
+		bin, err := pgcluster.PG17Bin()
+		if err != nil {
+			return nil, fmt.Errorf("%w (make pg17 installs it)", err)
+		}
+		pg, err = pgcluster.StartIn(ctx, bin, pgOpt)
+	} else {
+		pg, err = pgcluster.Start(ctx, pgOpt)
+	}
+	if err != nil || opt.Failover == "" {
 		return &postgres{single: pg}, err
 	}
-	t, err := NewTopology(ctx, pg, failover == "sync")
+	// With the logical relay, the standby keeps a copy of its slot
+	// (PostgreSQL 17's failover slots) unless the run leaves the primary's
+	// wait for it out on purpose.
+	var slots SlotSync
+	if opt.Relay == "logical" {
+		slots = SlotSync{Standby: "oncekit_standby", Wait: opt.Broken != brokenStandbySlotsUnset}
+	}
+	t, err := NewTopology(ctx, pg, opt.Failover == "sync", slots)
 	if err != nil {
 		pg.Close()
 		return nil, err
 	}
-	logf("postgres primary %s with a streaming standby (%s replication)", pg.Addr(), failover)
+	logf("postgres %s primary %s with a streaming standby (%s replication%s)", cmp.Or(opt.PG, "default"), pg.Addr(), opt.Failover,
+		map[bool]string{true: ", failover slots", false: ""}[slots.Standby != ""])
 	return &postgres{Topology: t}, nil
 }
 

@@ -53,6 +53,10 @@ type Options struct {
 	// Failover replaces PostgreSQL's crash restarts with failovers to a
 	// streaming standby: "" (none), "sync" or "async" (FailoverModes).
 	Failover string
+	// PG is the PostgreSQL major version to run: "" (the machine's newest)
+	// or "17" (make pg17), whose failover slots keep the logical relay's
+	// slot across a failover.
+	PG string
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
@@ -107,7 +111,13 @@ var BrokenBuilds = []string{"key-only-edge", "edge-stores-after-commit", "relay-
 // that only a run with failovers in sync mode can catch them: the API
 // committing its payments, or the consumer its claims, without waiting
 // for the standby.
-var FailoverBrokenBuilds = []string{"payment-commit-local", "claim-commit-local"}
+var FailoverBrokenBuilds = []string{"payment-commit-local", "claim-commit-local", brokenStandbySlotsUnset}
+
+// brokenStandbySlotsUnset is a broken set-up rather than a broken build:
+// the primary does not wait for the standby's slot before it sends logical
+// changes (synchronized_standby_slots unset), so the logical relay can
+// publish a commit the standby lacks.
+const brokenStandbySlotsUnset = "standby-slots-unset"
 
 // The crash points each role can be armed with on a restart: every named
 // point between two writes of the chain.
@@ -160,6 +170,15 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if opt.Broken != "" && !slices.Contains(BrokenBuilds, opt.Broken) && !slices.Contains(FailoverBrokenBuilds, opt.Broken) {
 		return nil, fmt.Errorf("chaos: no broken build %q (there are %s, and with failovers %s)", opt.Broken, strings.Join(BrokenBuilds, ", "), strings.Join(FailoverBrokenBuilds, ", "))
 	}
+	if opt.PG != "" && opt.PG != "17" {
+		return nil, fmt.Errorf("chaos: no PostgreSQL %q (the machine's, or 17)", opt.PG)
+	}
+	if opt.Relay == "logical" && opt.Failover != "" && opt.PG != "17" {
+		return nil, errors.New("chaos: the logical relay's slot survives a failover only on PostgreSQL 17 (failover slots): add PG=17")
+	}
+	if opt.Broken == brokenStandbySlotsUnset && (opt.Relay != "logical" || opt.Failover != "sync") {
+		return nil, fmt.Errorf("chaos: the broken set-up %q is the logical relay's across failovers in sync mode: RELAY=logical FAILOVER=sync PG=17", opt.Broken)
+	}
 	if slices.Contains(FailoverBrokenBuilds, opt.Broken) && opt.Failover != "sync" {
 		return nil, fmt.Errorf("chaos: the broken build %q breaks synchronous replication: run it with failovers in sync mode", opt.Broken)
 	}
@@ -187,7 +206,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pgs, err := startPostgres(ctx, opt.Dir, opt.Failover, logf)
+	pgs, err := startPostgres(ctx, opt, logf)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +255,11 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if opt.Relay == "logical" {
 		logical += "1"
 	}
-	env := []string{"NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken, logical}
+	exampleBroken := opt.Broken
+	if exampleBroken == brokenStandbySlotsUnset {
+		exampleBroken = "" // the set-up is broken, not the example
+	}
+	env := []string{"NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + exampleBroken, logical}
 	setup := exec.CommandContext(ctx, bin.payments, "setup", "-replicas", "3")
 	setup.Env = append(os.Environ(), "DATABASE_URL="+direct, "NATS_URL="+natsURL, "PAYMENTS_SCHEMA="+schema, logical)
 	if out, err := setup.CombinedOutput(); err != nil {

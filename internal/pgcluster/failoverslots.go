@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -31,6 +32,17 @@ import (
 // directory, pg_backup_stop): the PostgreSQL 17 that `make pg17` installs
 // has no client programs.
 func (p *Cluster) FailoverStandby(ctx context.Context, slot string) (*Cluster, error) {
+	return p.FailoverStandbyVia(ctx, slot, p.Addr())
+}
+
+// FailoverStandbyVia is FailoverStandby with the standby streaming from p
+// through addr (host:port), such as a proxy in front of p that a test can
+// cut. The base backup is taken from p directly.
+func (p *Cluster) FailoverStandbyVia(ctx context.Context, slot, addr string) (*Cluster, error) {
+	host, pport, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: standby's primary address: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	major, err := p.Major(ctx)
@@ -73,9 +85,9 @@ port = %d
 unix_socket_directories = '%s'
 hot_standby = on
 hot_standby_feedback = on
-primary_conninfo = 'host=127.0.0.1 port=%d user=postgres dbname=postgres application_name=%s'
+primary_conninfo = 'host=%s port=%s user=postgres dbname=postgres application_name=%s'
 primary_slot_name = '%s'
-`, port, s.data, p.port, slot, slot)
+`, port, s.data, host, pport, slot, slot)
 	if major >= 17 {
 		conf += "sync_replication_slots = on\nsynchronized_standby_slots = ''\n"
 	}
@@ -103,12 +115,25 @@ primary_slot_name = '%s'
 	return s, nil
 }
 
-// PromoteForTest promotes a standby to a primary (`pg_ctl promote -w`) and
-// waits until it accepts writes.
-func (p *Cluster) PromoteForTest(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	return p.run(ctx, "pg_ctl", "promote", "-w", "-t", "120", "-D", p.data)
+// QueryStrings runs a query of one text column on p's postgres database
+// and stores its rows in dest.
+func (p *Cluster) QueryStrings(ctx context.Context, sql string, dest *[]string) error {
+	conn, err := pgx.Connect(ctx, p.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	*dest, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	return err
+}
+
+// Exec runs statements on p's postgres database.
+func (p *Cluster) Exec(ctx context.Context, sql string, args ...any) error {
+	return p.exec(ctx, sql, args...)
 }
 
 // exec runs one statement on p's postgres database.

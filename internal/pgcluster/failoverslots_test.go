@@ -56,7 +56,7 @@ func TestFailoverStandbyKeepsAFailoverSlotOn17(t *testing.T) {
 
 	require.NoError(t, pg.StopImmediate())
 	start = time.Now()
-	require.NoError(t, sb.PromoteForTest(ctx))
+	require.NoError(t, sb.Promote(ctx))
 	t.Logf("promoted in %v", time.Since(start).Round(time.Millisecond))
 	conn, err = pgx.Connect(ctx, sb.URL("postgres"))
 	require.NoError(t, err)

@@ -1,5 +1,5 @@
 // Command chaos runs the payments example under faults and checks that every
-// effect still happened once: `make chaos DURATION=2m [BROKEN=…] [POOLER=pgbouncer] [FAILOVER=sync|async]`.
+// effect still happened once: `make chaos DURATION=2m [BROKEN=…] [POOLER=pgbouncer] [FAILOVER=sync|async] [PG=17]`.
 //
 // It exits 0 when the verdict is PASS, 1 when it is FAIL, 2 on bad flags and
 // 3 when the run itself could not be carried out. Its last line is
@@ -32,6 +32,7 @@ func main() {
 	relay := fs.String("relay", "", "the relay: the polling one (default), or logical (events through the WAL)")
 	pooler := fs.String("pooler", "", "a connection pooler between the daemons and PostgreSQL: none (default), or pgbouncer (transaction mode)")
 	failover := fs.String("failover", "", "fail PostgreSQL over to a streaming standby instead of restarting it: sync or async replication")
+	pg := fs.String("pg", "", "the PostgreSQL major version: the machine's (default), or 17 (make pg17; failover slots, for -relay logical -failover …)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -61,7 +62,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Rate: *rate, Relay: *relay, Pooler: *pooler, Failover: *failover, Log: os.Stderr})
+	res, err := chaos.Run(ctx, chaos.Options{Duration: *duration, Broken: *broken, Dir: *dir, Seed: *seed, Rate: *rate, Relay: *relay, Pooler: *pooler, Failover: *failover, PG: *pg, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: the run could not be carried out:", err)
 		os.Exit(3)
