@@ -420,16 +420,30 @@ func checkPhantoms(v *Verdict, erasable bool, ops []Op, payments map[string]paym
 		byEvent[oncekit.DeriveID(id, "PaymentCreated").String()] = id
 	}
 	ps := &phantomSet{erasable: erasable, ids: map[string]bool{}, acted: map[string]bool{}}
+	first := map[string]bool{}
 	for _, e := range stream {
 		id, ok := byEvent[e.EventID]
-		if !ok || ps.ids[id] {
+		if !ok || first[e.EventID] {
 			continue
 		}
-		if _, exists := payments[id]; !exists {
+		first[e.EventID] = true // the broker's first copy is the one consumers saw
+		p, exists := payments[id]
+		switch {
+		case !exists:
 			ps.ids[id] = true
 			v.Phantoms++
 			if !erasable {
 				v.fail(InvNoPhantoms, "event %s (stream seq %d) published for payment %s, which does not exist", e.EventID, e.Seq, id)
+			}
+		case e.AccountSeq != 0 && e.AccountSeq != p.seq:
+			// The payment exists, made again by a retry under its key,
+			// but the stream's copy (the broker keeps the first one of an
+			// event ID) came from a transaction that is gone: it carries
+			// another sequence number.
+			v.Phantoms++
+			if !erasable {
+				v.fail(InvNoPhantoms, "event %s (stream seq %d) of payment %s carries account seq %d, the payment %d: published from a transaction that is gone, the payment made again",
+					e.EventID, e.Seq, id, e.AccountSeq, p.seq)
 			}
 		}
 	}

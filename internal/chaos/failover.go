@@ -21,10 +21,15 @@ import (
 // loses what the standby had not received.
 var FailoverModes = []string{"sync", "async"}
 
-// syncSettings make every commit wait until the standby flushed it. '*'
-// names whichever standby streams: the run has one at a time.
+// syncSettings make every commit wait until the standby flushed it. They
+// name the standby (its application_name: pg_basebackup's default, or the
+// physical slot's name with failover slots), never '*': a logical
+// walsender matches '*' too, and the logical relay's confirmations would
+// then stand in for the standby's, acknowledging commits the standby
+// lacks (a run with '*' and no synchronized_standby_slots sent attempt
+// numbers twice after failovers).
 const syncSettings = `
-synchronous_standby_names = '*'
+synchronous_standby_names = 'FIRST 1 (walreceiver, oncekit_standby)'
 `
 
 // FailoverRecord is one failover as the run measured it.
@@ -236,7 +241,9 @@ func (t *Topology) Failover(ctx context.Context) (FailoverRecord, error) {
 		return rec, t.refuse(fmt.Errorf("%w: %s, %s", errNotInSync, r.State, r.SyncState))
 	}
 	if t.slots.Standby != "" {
-		if ready, why := slotsReady(ctx, old, next); !ready {
+		// As a failover manager checking failover slots would: wait a
+		// little for the copies, then refuse.
+		if why := waitSlotsReady(ctx, old, next, 20*time.Second); why != "" {
 			return rec, t.refuse(fmt.Errorf("%w: %s", errSlotsNotReady, why))
 		}
 	}
@@ -328,16 +335,26 @@ func (t *Topology) rebuild(ctx context.Context) error {
 	// the primary has passed the standby's base backup; a running-xacts
 	// record lets it move. Waiting here is best effort: Failover checks
 	// again, and refuses while the copies are not ready.
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	waitSlotsReady(ctx, primary, s, time.Minute)
+	return nil
+}
+
+// waitSlotsReady waits up to d for standby's copies of primary's failover
+// slots, logging a running-xacts record on the primary each time (the
+// slots' positions move on at one), and returns why they are not ready,
+// or "".
+func waitSlotsReady(ctx context.Context, primary, standby *pgcluster.Cluster, d time.Duration) (why string) {
+	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	_ = wait.Until(sctx, 250*time.Millisecond, func(ctx context.Context) error {
 		_ = primary.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
-		if ready, why := slotsReady(ctx, primary, s); !ready {
+		var ready bool
+		if ready, why = slotsReady(ctx, primary, standby); !ready {
 			return errors.New(why)
 		}
 		return nil
 	})
-	return nil
+	return why
 }
 
 // slotsReady reports whether standby holds a ready copy of each of
@@ -367,15 +384,31 @@ func slotsReady(ctx context.Context, primary, standby *pgcluster.Cluster) (bool,
 // (a new standby streaming) even when the run's time is up.
 func failoverLoop(ctx context.Context, t *Topology, d time.Duration, logf func(string, ...any)) int {
 	every := min(d/4, 30*time.Second)
+	if t.slots.Standby != "" {
+		// A failover slot's copy becomes ready once the slot's position
+		// moves past what the standby started from, at a running-xacts
+		// record: the background writer logs one every 15 s on an active
+		// server; the run logs one a second, so that a new standby's copy
+		// is ready within seconds and a two-minute run fails over often.
+		go func() {
+			for wait.Sleep(ctx, time.Second) {
+				_ = t.Primary().Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+			}
+		}()
+	}
 	start, n := time.Now(), 0
-	for i := 1; wait.Sleep(ctx, time.Until(start.Add(time.Duration(i)*every))); i++ {
+	next := start.Add(every)
+	for wait.Sleep(ctx, time.Until(next)) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		rec, err := t.Failover(fctx)
 		cancel()
 		if err != nil {
 			logf("failover: %v", err)
+			// Refused: try again soon rather than a quarter later.
+			next = time.Now().Add(5 * time.Second)
 			continue
 		}
+		next = next.Add(every)
 		n++
 		logf("failover %d: standby cut off for %s, then the primary SIGKILLed %d bytes of WAL ahead of it (flush lag before the cut %s); promoted standby serving %s after the cut, new standby in %s",
 			n, rec.Cut.Round(time.Millisecond), rec.Behind, rec.FlushLag, rec.Down.Round(time.Millisecond), rec.Rebuilt.Round(time.Millisecond))

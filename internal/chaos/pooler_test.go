@@ -114,7 +114,33 @@ func TestRunRefusesAnUnknownPoolerAndNamesItsPooler(t *testing.T) {
 	require.ErrorContains(t, err, `no pooler "pgpool" (there are none, pgbouncer)`)
 
 	res := &Result{Verdict: &Verdict{}}
-	assert.Contains(t, res.Line(), " pooler=none verdict=")
+	assert.Contains(t, res.Line(), " pooler=none failover=none verdict=")
 	res.Pooler = "pgbouncer"
-	assert.Contains(t, res.Line(), " pooler=pgbouncer verdict=")
+	assert.Contains(t, res.Line(), " pooler=pgbouncer failover=none verdict=")
+}
+
+// Failover options that cannot make a run are refused before anything
+// starts, each with what to do.
+func TestRunRefusesFailoverOptionsThatCannotRun(t *testing.T) {
+	for _, tc := range []struct {
+		opt  Options
+		want string
+	}{
+		{Options{Failover: "semi"}, `no failover "semi" (there are sync, async)`},
+		{Options{Failover: "sync", PG: "16"}, `no PostgreSQL "16"`},
+		{Options{Failover: "sync", Relay: "logical"}, "only on PostgreSQL 17 (failover slots): add PG=17"},
+		{Options{Broken: "claim-commit-local"}, "run it with failovers in sync mode"},
+		{Options{Broken: "claim-commit-local", Failover: "async"}, "run it with failovers in sync mode"},
+		{Options{Broken: "standby-slots-unset", Failover: "sync", PG: "17"}, "RELAY=logical FAILOVER=sync PG=17"},
+	} {
+		tc.opt.Duration = time.Second
+		_, err := Run(context.Background(), tc.opt)
+		require.ErrorContains(t, err, tc.want, "%+v", tc.opt)
+	}
+	res := &Result{Verdict: &Verdict{}, Failover: "async", Failovers: 4, Replay: "replay: seen=10 applied=2 absorbed=8",
+		FailoverRecords: []FailoverRecord{{Behind: 100, Cut: time.Second}, {Behind: 300}}}
+	for _, want := range []string{" failovers=4 ", " failover_behind_max_bytes=300 ", " failover_behind_sum_bytes=400 ",
+		" failover_cut_max_ms=1000 ", " replay_applied=2 ", " failover=async verdict="} {
+		assert.Contains(t, res.Line(), want)
+	}
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,10 +17,11 @@ import (
 
 // StreamEvent is one message of the stream, in stream order.
 type StreamEvent struct {
-	Seq     uint64
-	EventID string
-	Key     string
-	At      time.Time // when JetStream stored it
+	Seq        uint64
+	EventID    string
+	Key        string
+	At         time.Time // when JetStream stored it
+	AccountSeq int64     // the payment's account sequence number, from the payload (0: none)
 }
 
 // readStream reads every message of the stream in order (an ordered
@@ -78,7 +80,11 @@ func readStreamOnce(ctx context.Context, urls []string, name string) ([]StreamEv
 			if err != nil {
 				return nil, err
 			}
-			events = append(events, StreamEvent{Seq: meta.Sequence.Stream, EventID: eventID(m.Headers()), Key: m.Headers().Get(broker.HeaderKey), At: meta.Timestamp})
+			var body struct {
+				Seq int64 `json:"seq"`
+			}
+			_ = json.Unmarshal(m.Data(), &body) // hostile messages hold no JSON
+			events = append(events, StreamEvent{Seq: meta.Sequence.Stream, EventID: eventID(m.Headers()), Key: m.Headers().Get(broker.HeaderKey), At: meta.Timestamp, AccountSeq: body.Seq})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, err
