@@ -22,12 +22,9 @@ import (
 var FailoverModes = []string{"sync", "async"}
 
 // syncSettings make every commit wait until the standby flushed it. They
-// name the standby (its application_name: pg_basebackup's default, or the
-// physical slot's name with failover slots), never '*': a logical
-// walsender matches '*' too, and the logical relay's confirmations would
-// then stand in for the standby's, acknowledging commits the standby
-// lacks (a run with '*' and no synchronized_standby_slots sent attempt
-// numbers twice after failovers).
+// name the standby by its application_name (pg_basebackup's default, or
+// the physical slot's name with failover slots), as a production set-up
+// names its standbys.
 const syncSettings = `
 synchronous_standby_names = 'FIRST 1 (walreceiver, oncekit_standby)'
 `
@@ -171,13 +168,11 @@ func NewTopology(ctx context.Context, primary *pgcluster.Cluster, sync bool, slo
 
 // SlotSync has the standby keep copies of the primary's failover slots
 // (PostgreSQL 17): it streams through a physical slot named Standby, with
-// sync_replication_slots on. Wait sets the primary's
-// synchronized_standby_slots to that slot, so that logical decoding sends
-// nothing the standby lacks; without it a logical relay can publish a
-// commit a failover erases.
+// sync_replication_slots on, and the primary's synchronized_standby_slots
+// names that slot, so that logical decoding sends nothing the standby
+// lacks.
 type SlotSync struct {
 	Standby string
-	Wait    bool
 }
 
 // Follow makes p one of the addresses that move to the new primary.
@@ -300,11 +295,6 @@ func (t *Topology) rebuild(ctx context.Context) error {
 	var err error
 	if t.slots.Standby != "" {
 		s, err = primary.FailoverStandbyVia(ctx, t.slots.Standby, t.link.Addr())
-		if err == nil && !t.slots.Wait {
-			if err = primary.Exec(ctx, `ALTER SYSTEM RESET synchronized_standby_slots`); err == nil {
-				err = primary.Exec(ctx, `SELECT pg_reload_conf()`)
-			}
-		}
 	} else {
 		s, err = primary.StandbyVia(ctx, t.link.Addr())
 	}

@@ -56,11 +56,10 @@ func startPostgres(ctx context.Context, opt Options, logf func(string, ...any)) 
 		return &postgres{single: pg}, err
 	}
 	// With the logical relay, the standby keeps a copy of its slot
-	// (PostgreSQL 17's failover slots) unless the run leaves the primary's
-	// wait for it out on purpose.
+	// (PostgreSQL 17's failover slots).
 	var slots SlotSync
 	if opt.Relay == "logical" {
-		slots = SlotSync{Standby: "oncekit_standby", Wait: opt.Broken != brokenStandbySlotsUnset}
+		slots = SlotSync{Standby: "oncekit_standby"}
 	}
 	t, err := NewTopology(ctx, pg, opt.Failover == "sync", slots)
 	if err != nil {

@@ -131,7 +131,6 @@ func TestRunRefusesFailoverOptionsThatCannotRun(t *testing.T) {
 		{Options{Failover: "sync", Relay: "logical"}, "only on PostgreSQL 17 (failover slots): add PG=17"},
 		{Options{Broken: "claim-commit-local"}, "run it with failovers in sync mode"},
 		{Options{Broken: "claim-commit-local", Failover: "async"}, "run it with failovers in sync mode"},
-		{Options{Broken: "standby-slots-unset", Failover: "sync", PG: "17"}, "RELAY=logical FAILOVER=sync PG=17"},
 	} {
 		tc.opt.Duration = time.Second
 		_, err := Run(context.Background(), tc.opt)

@@ -111,13 +111,7 @@ var BrokenBuilds = []string{"key-only-edge", "edge-stores-after-commit", "relay-
 // that only a run with failovers in sync mode can catch them: the API
 // committing its payments, or the consumer its claims, without waiting
 // for the standby.
-var FailoverBrokenBuilds = []string{"payment-commit-local", "claim-commit-local", brokenStandbySlotsUnset}
-
-// brokenStandbySlotsUnset is a broken set-up rather than a broken build:
-// the primary does not wait for the standby's slot before it sends logical
-// changes (synchronized_standby_slots unset), so the logical relay can
-// publish a commit the standby lacks.
-const brokenStandbySlotsUnset = "standby-slots-unset"
+var FailoverBrokenBuilds = []string{"payment-commit-local", "claim-commit-local"}
 
 // The crash points each role can be armed with on a restart: every named
 // point between two writes of the chain.
@@ -175,9 +169,6 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	}
 	if opt.Relay == "logical" && opt.Failover != "" && opt.PG != "17" {
 		return nil, errors.New("chaos: the logical relay's slot survives a failover only on PostgreSQL 17 (failover slots): add PG=17")
-	}
-	if opt.Broken == brokenStandbySlotsUnset && (opt.Relay != "logical" || opt.Failover != "sync") {
-		return nil, fmt.Errorf("chaos: the broken set-up %q is the logical relay's across failovers in sync mode: RELAY=logical FAILOVER=sync PG=17", opt.Broken)
 	}
 	if slices.Contains(FailoverBrokenBuilds, opt.Broken) && opt.Failover != "sync" {
 		return nil, fmt.Errorf("chaos: the broken build %q breaks synchronous replication: run it with failovers in sync mode", opt.Broken)
@@ -255,11 +246,7 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	if opt.Relay == "logical" {
 		logical += "1"
 	}
-	exampleBroken := opt.Broken
-	if exampleBroken == brokenStandbySlotsUnset {
-		exampleBroken = "" // the set-up is broken, not the example
-	}
-	env := []string{"NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + exampleBroken, logical}
+	env := []string{"NATS_URL=" + natsURL, "PAYMENTS_SCHEMA=" + schema, "PAYMENTS_BROKEN=" + opt.Broken, logical}
 	setup := exec.CommandContext(ctx, bin.payments, "setup", "-replicas", "3")
 	setup.Env = append(os.Environ(), "DATABASE_URL="+direct, "NATS_URL="+natsURL, "PAYMENTS_SCHEMA="+schema, logical)
 	if out, err := setup.CombinedOutput(); err != nil {
