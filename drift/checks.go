@@ -24,23 +24,17 @@ type check struct {
 	run   func(ctx context.Context, db oncekit.Querier) (Finding, error)
 }
 
-// backlog is a check on what the outbox has yet to publish. With mode it
-// reads it through Outbox.Unpublished, which knows the schema's mode: in
-// logical mode the events are WAL messages, the table holds no backlog,
-// and the oldest is as old as the slot's lag in time. Without, it reads the
-// table's backlog alone (Rows), which is what a count of rows needs.
-func backlog(name string, limit float64, c Config, mode bool, figure func(outbox.Unpublished) float64) check {
+// backlog is a check on what the outbox has yet to publish, read through
+// Outbox.Unpublished, which knows the schema's mode: in logical mode the
+// events are WAL messages, the table holds no backlog, and the oldest is
+// as old as the slot's lag in time.
+func backlog(name string, limit float64, c Config, figure func(outbox.Unpublished) float64) check {
 	ob, err := outbox.New(&outbox.Config{Schema: c.Schema, Slot: c.Slot})
 	return check{name: name, limit: limit, run: func(ctx context.Context, db oncekit.Querier) (Finding, error) {
 		if err != nil {
 			return Finding{}, err
 		}
-		var u outbox.Unpublished
-		if mode {
-			u, err = ob.Unpublished(ctx, db)
-		} else {
-			u.Rows, err = ob.Backlog(ctx, db)
-		}
+		u, err := ob.Unpublished(ctx, db)
 		if err != nil {
 			return Finding{}, err
 		}
@@ -180,9 +174,9 @@ func builtins(c Config) []check {
 	}
 	return []check{
 		// Rows: in logical mode the rows written before the switch.
-		backlog("outbox_backlog", float64(c.MaxOutboxBacklog), c, false,
+		backlog("outbox_backlog", float64(c.MaxOutboxBacklog), c,
 			func(u outbox.Unpublished) float64 { return float64(u.Rows.Pending) }),
-		backlog("outbox_oldest_age_seconds", secs(c.MaxOutboxAge), c, true,
+		backlog("outbox_oldest_age_seconds", secs(c.MaxOutboxAge), c,
 			func(u outbox.Unpublished) float64 { return u.OldestAge().Seconds() }),
 		// Logical mode: the slot's lag, and the WAL an inactive slot
 		// keeps (nothing reads it; it fills the primary's disk).

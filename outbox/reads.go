@@ -53,19 +53,38 @@ func (u Unpublished) Behind() bool {
 	return u.Rows.Pending > 0 || (u.Logical && u.Slot.Behind())
 }
 
+// setUpSQL is SlotStatus.SetUp for the slot $1: its publication, its
+// record in logical_slots or the slot itself exists.
+const setUpSQL = `(EXISTS (SELECT FROM pg_publication WHERE pubname = $1)
+	OR EXISTS (SELECT FROM {schema}.logical_slots WHERE slot = $1)
+	OR EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'))`
+
+// backlogModeSQL is backlogSQL and whether logical mode is set up, in one
+// statement: a schema in table mode pays nothing more for its mode.
+var backlogModeSQL = unpublishedSQL + `
+	SELECT coalesce(sum(n), 0)::bigint, coalesce(extract(epoch FROM now() - min(oldest)), 0)::float8, ` + setUpSQL + ` FROM u`
+
 // Unpublished reads what the outbox has yet to publish: the table's
 // backlog (Backlog) and, when the schema runs in logical mode, the slot
 // (SlotStatus, which needs SELECT on logical_slots). Unlike Backlog it
 // knows the mode: a schema in logical mode has no row backlog, and its
 // events are behind by the slot's lag.
 func (o *Outbox) Unpublished(ctx context.Context, q oncekit.Querier) (Unpublished, error) {
-	u, err := o.mode(ctx, q)
+	var u Unpublished
+	var age float64
+	// JIT off: see Backlog.
+	if err := pgsql.QueryRowNoJIT(ctx, q, pgsql.Render(backlogModeSQL, o.schema), []any{o.slot}, &u.Rows.Pending, &age, &u.Logical); err != nil {
+		return Unpublished{}, fmt.Errorf("outbox: unpublished: %w", err)
+	}
+	u.Rows.OldestAge = seconds(age)
+	if !u.Logical && !o.logical {
+		return u, nil
+	}
+	s, err := o.SlotStatus(ctx, q)
 	if err != nil {
 		return Unpublished{}, err
 	}
-	if u.Rows, err = o.Backlog(ctx, q); err != nil {
-		return Unpublished{}, err
-	}
+	u.Logical, u.Slot = true, s
 	return u, nil
 }
 

@@ -61,6 +61,14 @@ func TestUnpublishedKnowsTheMode(t *testing.T) {
 		require.Positive(t, u.Slot.LagBytes)
 		require.True(t, u.Behind(), "the slot stopped moving: %+v", u.Slot)
 	}
+	_, err = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, u.Slot.Name)
+	require.NoError(t, err)
+	u, err = table.Unpublished(ctx, db.Pool)
+	require.NoError(t, err)
+	s, err := table.SlotStatus(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, s.SetUp, u.Logical, "the mode is SlotStatus.SetUp")
+	require.True(t, u.Logical && u.Slot.Lost && u.Behind(), "a dropped slot is still logical mode, and lost: %+v", u.Slot)
 }
 
 func TestUnpublishedOldestAgeIsTheSlotsLagInLogicalMode(t *testing.T) {
