@@ -115,16 +115,7 @@ func (con *Console) planReplay(r *http.Request) (plan, error) {
 	if consumer == "" || group == "" {
 		return plan{}, errBadForm
 	}
-	rows, err := con.db.Query(r.Context(), con.sql.deadInGroup, consumer, group, maxReplay)
-	if err != nil {
-		return plan{}, err
-	}
-	type dead struct {
-		ID        int64
-		MessageID string
-		CreatedAt any
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dead])
+	found, err := con.store.DeadLettersInGroup(r.Context(), con.db, consumer, group, maxReplay)
 	if err != nil {
 		return plan{}, err
 	}

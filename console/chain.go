@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/tracecontext"
 )
 
@@ -35,50 +38,16 @@ type chainEdge struct {
 	Stuck       bool
 }
 
-type chainEvent struct {
-	Seq          int64
-	ID           uuid.UUID
-	Partition    int
-	Key, Subject string
-	Attempts     int
-	CreatedAt    time.Time
-	Parked       bool
-	LastError    string
-	Published    bool
-}
-
-type chainClaim struct {
-	MessageID, Consumer string
-	ProcessedAt         time.Time
-}
-
-type chainDead struct {
-	ID                           int64
-	Consumer, MessageID, Subject string
-	Reason                       string
-	Attempts                     int
-	CreatedAt                    time.Time
-	ReplayedAt                   *time.Time
-}
-
-type chainEffect struct {
-	ID                          int64
-	Kind, SourceID, State       string
-	Attempts                    int
-	Key, ProviderRef, LastError string
-	CreatedAt, UpdatedAt        time.Time
-}
-
 // chainView is the chain page: one operation at every layer.
 type chainView struct {
 	Query, Tenant, Operation string
 	Searched                 bool
 	IDs                      []derivedID
 	Edge                     *chainEdge
-	Events                   []chainEvent
-	Claims                   []chainClaim
-	Dead                     []chainDead
-	Effects                  []chainEffect
+	Events                   []outbox.Event
+	Claims                   []inbox.Claim
+	Dead                     []inbox.DeadLetterSummary
+	Effects                  []sideeffect.Row
 	Found                    bool
 }
 
@@ -140,35 +109,42 @@ func traceID(q string) (string, bool) {
 // effects recorded in its trace, and the messages of its dead letters.
 // Every layer is then looked up from those as from any ID given.
 func (con *Console) readTrace(r *http.Request, tx pgx.Tx, trace string, v *chainView) error {
-	rows, err := tx.Query(r.Context(), con.sql.chainTrace, trace)
+	sources, err := con.ledger.SourcesInTrace(r.Context(), tx, trace, traceLimit)
 	if err != nil {
 		return err
 	}
-	var found, id string
-	_, err = pgx.ForEachRow(rows, []any{&found, &id}, func() error {
-		if !slices.ContainsFunc(v.IDs, func(d derivedID) bool { return d.Value == id }) {
-			how := "an effect's source ID, in trace " + trace
-			if found == "dead letter" {
-				how = "a dead letter's message ID, in trace " + trace
+	messages, err := con.store.MessagesInTrace(r.Context(), tx, trace, traceLimit)
+	if err != nil {
+		return err
+	}
+	add := func(ids []string, how string) {
+		for _, id := range ids {
+			if !slices.ContainsFunc(v.IDs, func(d derivedID) bool { return d.Value == id }) {
+				v.IDs = append(v.IDs, derivedID{id, how + trace})
 			}
-			v.IDs = append(v.IDs, derivedID{id, how})
 		}
-		return nil
-	})
-	return err
+	}
+	add(sources, "an effect's source ID, in trace ")
+	add(messages, "a dead letter's message ID, in trace ")
+	return nil
 }
+
+// traceLimit bounds the effects and the dead letters a trace ID leads to,
+// chainLimit the rows of each layer the chain shows.
+const traceLimit, chainLimit = 20, 100
 
 func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
 	ctx := r.Context()
 	if v.Operation != "" {
 		e := chainEdge{StoredKey: idempotency.StoredKey(v.Query)}
-		err := tx.QueryRow(ctx, con.sql.chainEdge, v.Tenant, v.Operation, e.StoredKey).Scan(&e.State, &e.StatusCode,
-			&e.CreatedAt, &e.CompletedAt, &e.ExpiresAt, &e.Token, &e.Recoveries, &e.Reason, &e.ResolvedBy)
+		rec, err := con.records.Get(ctx, tx, idempotency.Ref{Tenant: v.Tenant, Operation: v.Operation, StoredKey: e.StoredKey})
 		switch {
 		case err == nil:
-			e.Stuck = e.State == string(idempotency.StateUnknown) || e.State == string(idempotency.StateInProgress)
+			e.State, e.StatusCode, e.CreatedAt, e.CompletedAt, e.ExpiresAt = string(rec.State), rec.StatusCode, rec.CreatedAt, rec.CompletedAt, rec.ExpiresAt
+			e.Token, e.Recoveries, e.Reason, e.ResolvedBy = rec.Token, rec.Recoveries, rec.UnknownReason, rec.ResolvedBy
+			e.Stuck = rec.State == idempotency.StateUnknown || rec.State == idempotency.StateInProgress
 			v.Edge = &e
-		case err != pgx.ErrNoRows:
+		case !errors.Is(err, idempotency.ErrRecordNotFound):
 			return err
 		}
 	}
@@ -180,11 +156,8 @@ func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
 			uuids = append(uuids, u)
 		}
 	}
-	rows, err := tx.Query(ctx, con.sql.chainOutbox, pgsql.UUIDs(uuids))
-	if err != nil {
-		return err
-	}
-	if v.Events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainEvent]); err != nil {
+	var err error
+	if v.Events, err = con.ob.Events(ctx, tx, uuids, chainLimit); err != nil {
 		return err
 	}
 	for _, e := range v.Events { // an event found by its ID is linked already; keep the list whole
@@ -193,21 +166,12 @@ func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
 			texts = append(texts, e.ID.String())
 		}
 	}
-	if rows, err = tx.Query(ctx, con.sql.chainClaims, pgsql.UUIDs(uuids)); err != nil {
+	if v.Claims, err = con.store.Claims(ctx, tx, uuids, chainLimit); err != nil {
 		return err
 	}
-	if v.Claims, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainClaim]); err != nil {
+	if v.Dead, err = con.store.DeadLettersOf(ctx, tx, texts, chainLimit); err != nil {
 		return err
 	}
-	if rows, err = tx.Query(ctx, con.sql.chainDead, texts); err != nil {
-		return err
-	}
-	if v.Dead, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainDead]); err != nil {
-		return err
-	}
-	if rows, err = tx.Query(ctx, con.sql.chainEffects, texts, v.Query); err != nil {
-		return err
-	}
-	v.Effects, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chainEffect])
+	v.Effects, err = con.ledger.Related(ctx, tx, texts, v.Query, chainLimit)
 	return err
 }

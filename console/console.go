@@ -43,16 +43,17 @@ const pageLimit = 50
 
 // Console is the console's http.Handler.
 type Console struct {
-	db     *pgxpool.Pool
-	cfg    Config
-	log    *slog.Logger
-	pages  map[string]*template.Template
-	h      http.Handler
-	ob     *outbox.Outbox
-	store  *inbox.Store
-	ledger *sideeffect.Ledger
-	edge   *idempotency.Edge
-	sql    statements
+	db      *pgxpool.Pool
+	cfg     Config
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	h       http.Handler
+	ob      *outbox.Outbox
+	store   *inbox.Store
+	ledger  *sideeffect.Ledger
+	edge    *idempotency.Edge
+	records *idempotency.Records
+	sql     statements
 }
 
 // New returns the console of the oncekit tables in db.
@@ -76,6 +77,9 @@ func New(db *pgxpool.Pool, cfg *Config) (*Console, error) {
 		return nil, err
 	}
 	if con.edge, err = idempotency.New(db, &idempotency.Config{Schema: c.Schema, Logger: c.Logger}); err != nil {
+		return nil, err
+	}
+	if con.records, err = idempotency.NewRecords(c.Schema); err != nil {
 		return nil, err
 	}
 	if con.pages, err = parsePages(); err != nil {
@@ -316,19 +320,5 @@ func short(s string) string {
 // renderStatements renders the console's own SQL for schema.
 func renderStatements(schema string) statements {
 	r := func(sql string) string { return pgsql.Render(sql, schema) }
-	return statements{
-		deadGroups:     r(deadGroupsSQL),
-		deadInGroup:    r(deadInGroupSQL),
-		overdue:        r(overdueSQL),
-		unknownEffects: r(unknownEffectsSQL),
-		audit:          r(auditSQL),
-		insertAudit:    r(insertAuditSQL),
-		chainEdge:      r(chainEdgeSQL),
-		chainOutbox:    r(chainOutboxSQL),
-		chainClaims:    r(chainClaimsSQL),
-		chainDead:      r(chainDeadSQL),
-		chainEffects:   r(chainEffectsSQL),
-		chainTrace:     r(chainTraceSQL),
-		edgeRecord:     r(edgeRecordSQL),
-	}
+	return statements{audit: r(auditSQL), insertAudit: r(insertAuditSQL)}
 }

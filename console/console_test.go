@@ -350,7 +350,9 @@ func TestPagesShowTheLogicalSlot(t *testing.T) {
 	t.Parallel()
 	srv, db, _ := server(t, console.Config{})
 	for _, path := range []string{"/", "/outbox"} {
-		require.NotContains(t, get(t, srv.URL+path).body, `id="slot"`, path)
+		body := get(t, srv.URL+path).body
+		require.NotContains(t, body, `id="slot"`, path)
+		require.NotContains(t, body, "WAL messages", path)
 	}
 	_, err := db.Pool.Exec(context.Background(), `CREATE PUBLICATION `+pgx.Identifier{"oncekit_" + db.Schema}.Sanitize())
 	require.NoError(t, err)
@@ -364,6 +366,7 @@ func TestPagesShowTheLogicalSlot(t *testing.T) {
 		require.Equal(t, http.StatusOK, p.status, p.body)
 		require.Contains(t, p.body, `id="slot"`, path)
 		require.Contains(t, p.body, "lost, dropped: the relay stops", path)
+		require.Contains(t, p.body, "in logical mode the events are WAL messages", path)
 	}
 	require.Contains(t, get(t, srv.URL+"/").body, `id="slot-card"`)
 }

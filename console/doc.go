@@ -20,5 +20,7 @@
 // allows showing them on request; sealed bodies are never decrypted; no
 // credential is ever shown. Every query reads through an index or under a
 // limit, with keyset pagination, so a page costs the same on a year of
-// history as on an empty database.
+// history as on an empty database. The console reads each table through
+// the package that owns it (outbox, inbox, sideeffect, idempotency); its
+// own SQL is over console_audit only.
 package console

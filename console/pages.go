@@ -56,19 +56,10 @@ func (con *Console) outboxPage(w http.ResponseWriter, r *http.Request) {
 	con.render(w, r, "outbox", "Outbox", v)
 }
 
-// deadGroup is dead letters of one consumer with one error fingerprint.
-type deadGroup struct {
-	Consumer, Fingerprint string
-	Count                 int64
-	First, Last           time.Time
-	Example               int64
-	Reason                string
-}
-
 // inboxView is the inbox page.
 type inboxView struct {
 	Consumers []report.Consumer
-	Groups    []deadGroup
+	Groups    []inbox.DeadLetterGroup
 	CanReplay bool
 }
 
@@ -80,11 +71,7 @@ func (con *Console) inboxPage(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		v.Consumers = rep.Consumers
-		rows, err := tx.Query(r.Context(), con.sql.deadGroups, pageLimit)
-		if err != nil {
-			return err
-		}
-		v.Groups, err = pgx.CollectRows(rows, pgx.RowToStructByPos[deadGroup])
+		v.Groups, err = con.store.DeadLetterGroups(r.Context(), tx, pageLimit)
 		return err
 	})
 	if err != nil {
@@ -166,21 +153,25 @@ func (con *Console) effectsPage(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		v.Counts, v.Capped = rep.Effects, rep.EffectsCapped
-		rows, err := tx.Query(r.Context(), con.sql.unknownEffects, after(r), pageLimit)
+		unknown, err := con.ledger.UnknownAfter(r.Context(), tx, after(r), pageLimit)
 		if err != nil {
 			return err
 		}
-		if v.Unknown, err = pgx.CollectRows(rows, pgx.RowToStructByPos[unknownEffect]); err != nil {
-			return err
+		for _, e := range unknown {
+			v.Unknown = append(v.Unknown, unknownEffect{ID: e.ID, Kind: e.Kind, SourceID: e.SourceID, Attempts: e.Attempts,
+				LastError: e.LastError, Key: e.Key})
 		}
 		if len(v.Unknown) == pageLimit {
 			v.After = v.Unknown[len(v.Unknown)-1].ID
 		}
-		rows, err = tx.Query(r.Context(), con.sql.overdue, con.cfg.Overdue.Seconds(), pageLimit)
-		if err != nil {
-			return err
+		overdue, err := con.ledger.MostOverdue(r.Context(), tx, con.cfg.Overdue, pageLimit)
+		for _, e := range overdue {
+			o := overdueEffect{ID: e.ID, Kind: e.Kind, SourceID: e.SourceID, Attempts: e.Attempts, LastError: e.LastError}
+			if e.NextAttemptAt != nil {
+				o.Due = *e.NextAttemptAt
+			}
+			v.Overdue = append(v.Overdue, o)
 		}
-		v.Overdue, err = pgx.CollectRows(rows, pgx.RowToStructByPos[overdueEffect])
 		return err
 	})
 	if err != nil {
@@ -221,16 +212,21 @@ type edgeRecordView struct {
 func (con *Console) edgeRecordPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := edgeRecordView{Tenant: q.Get("tenant"), Operation: q.Get("operation"), StoredKey: q.Get("stored_key")}
-	var body []byte
-	err := con.db.QueryRow(r.Context(), con.sql.edgeRecord, v.Tenant, v.Operation, v.StoredKey).Scan(&v.State,
-		&v.StatusCode, &v.Headers, &body, &v.Sealed, &v.CreatedAt, &v.CompletedAt, &v.ExpiresAt, &v.Reason, &v.ResolvedBy, &v.Note)
-	if errors.Is(err, pgx.ErrNoRows) {
+	rec, err := idempotency.Record{}, errNotFound
+	if v.Operation != "" && v.StoredKey != "" {
+		rec, err = con.records.Get(r.Context(), con.db, idempotency.Ref{Tenant: v.Tenant, Operation: v.Operation, StoredKey: v.StoredKey})
+	}
+	if errors.Is(err, idempotency.ErrRecordNotFound) {
 		err = errNotFound
 	}
 	if err != nil {
 		con.fail(w, r, "edge", err)
 		return
 	}
+	body := rec.Body
+	v.State, v.StatusCode, v.Headers, v.Sealed = string(rec.State), rec.StatusCode, rec.Headers, rec.Sealed
+	v.CreatedAt, v.CompletedAt, v.ExpiresAt = rec.CreatedAt, rec.CompletedAt, rec.ExpiresAt
+	v.Reason, v.ResolvedBy, v.Note = rec.UnknownReason, rec.ResolvedBy, rec.ResolutionNote
 	v.HasBody = body != nil
 	if v.HasBody && !v.Sealed && con.cfg.Reveal && q.Get("reveal") == "1" {
 		v.Revealed, v.Body = true, printable(string(body))

@@ -2,15 +2,19 @@ package console
 
 import (
 	"context"
+	"errors"
 	"math"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -42,28 +46,56 @@ func TestPagesReadThroughIndexes(t *testing.T) {
 		INSERT INTO console_audit (operator, action, target, count) SELECT 'a', 'x', 'y', 1 FROM generate_series(1, 20000) g;
 		ANALYZE`)
 	require.NoError(t, err)
-	st := renderStatements(db.Schema)
+	// The pages' reads, each run on a traced pool: the owners' methods the
+	// console composes, and its own audit statements.
+	var log testenv.StatementLog
+	pool := db.TracedPool(t, &log)
+	con, err := New(pool, &Config{Schema: db.Schema})
+	require.NoError(t, err)
 	ids := []uuid.UUID{uuid.New(), uuid.New()}
-	for name, q := range map[string]struct {
-		sql  string
-		args []any
-	}{
-		"inbox: dead letter groups": {st.deadGroups, []any{50}},
-		"inbox: a group's letters":  {st.deadInGroup, []any{"c", "0123456789abcdef", 1000}},
-		"effects: overdue":          {st.overdue, []any{300.0, 50}},
-		"effects: unknown":          {st.unknownEffects, []any{int64(0), 50}},
-		"effects: unknown, older":   {st.unknownEffects, []any{int64(1000), 50}},
-		"audit":                     {st.audit, []any{int64(math.MaxInt64), 50}},
-		"audit, older":              {st.audit, []any{int64(n / 2), 50}},
-		"chain: edge":               {st.chainEdge, []any{"t1", "pay", "k"}},
-		"chain: outbox":             {st.chainOutbox, []any{ids}},
-		"chain: claims":             {st.chainClaims, []any{ids}},
-		"chain: dead letters":       {st.chainDead, []any{[]string{"a", "b"}}},
-		"chain: effects":            {st.chainEffects, []any{[]string{"a", "b"}, "k"}},
-		"chain: a trace":            {st.chainTrace, []any{"c4ca4238a0b923820dcc509a6f75849b"}},
-		"edge: a record":            {st.edgeRecord, []any{"t1", "pay", "k"}},
+	texts := []string{"a", "b"}
+	ref := idempotency.Ref{Tenant: "t1", Operation: "pay", StoredKey: "k"}
+	ignore := func(_ any, err error) error { return err }
+	query := func(rows pgx.Rows, err error) error {
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}
+	for name, read := range map[string]func() error{
+		"inbox: dead letter groups": func() error { return ignore(con.store.DeadLetterGroups(ctx, pool, 50)) },
+		"inbox: a group's letters": func() error {
+			return ignore(con.store.DeadLettersInGroup(ctx, pool, "c", "0123456789abcdef", 1000))
+		},
+		"effects: overdue":        func() error { return ignore(con.ledger.MostOverdue(ctx, pool, 300*time.Second, 50)) },
+		"effects: unknown":        func() error { return ignore(con.ledger.UnknownAfter(ctx, pool, 0, 50)) },
+		"effects: unknown, older": func() error { return ignore(con.ledger.UnknownAfter(ctx, pool, 1000, 50)) },
+		"audit":                   func() error { return query(pool.Query(ctx, con.sql.audit, int64(math.MaxInt64), 50)) },
+		"audit, older":            func() error { return query(pool.Query(ctx, con.sql.audit, int64(n/2), 50)) },
+		"chain: edge": func() error {
+			if _, err := con.records.Get(ctx, pool, ref); !errors.Is(err, idempotency.ErrRecordNotFound) {
+				return err
+			}
+			return nil
+		},
+		"chain: outbox":       func() error { return ignore(con.ob.Events(ctx, pool, ids, 100)) },
+		"chain: claims":       func() error { return ignore(con.store.Claims(ctx, pool, ids, 100)) },
+		"chain: dead letters": func() error { return ignore(con.store.DeadLettersOf(ctx, pool, texts, 100)) },
+		"chain: effects":      func() error { return ignore(con.ledger.Related(ctx, pool, texts, "k", 100)) },
+		"chain: a trace, effects": func() error {
+			return ignore(con.ledger.SourcesInTrace(ctx, pool, "c4ca4238a0b923820dcc509a6f75849b", 20))
+		},
+		"chain: a trace, dead letters": func() error {
+			return ignore(con.store.MessagesInTrace(ctx, pool, "c4ca4238a0b923820dcc509a6f75849b", 20))
+		},
 	} {
-		plan := testenv.GenericPlan(t, db.Pool, q.sql, q.args...)
+		before := len(log.Matching(""))
+		require.NoError(t, read(), name)
+		stmts := log.Matching("")[before:]
+		require.Len(t, stmts, 1, name)
+		q := stmts[0]
+		plan := testenv.GenericPlan(t, db.Pool, q.SQL, q.Args...)
 		// relay_partitions, a row a partition, may be read whole.
 		testenv.RequireIndexReads(t, name, plan, "outbox", "processed_messages", "dead_letters", "side_effects", "idempotency_keys", "console_audit")
 		// A page of the 2,000 unknown effects reads a page's worth of them,

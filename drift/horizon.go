@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit"
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/inbox"
 )
 
 // Horizon declares how far back a consumer's claims in processed_messages
@@ -26,22 +26,21 @@ type Horizon struct {
 
 // horizonCheck reports the consumers whose claims stop short of their
 // horizon: claims newer than the horizon exist, none older does (retention
-// deleted them). An idle consumer (no recent claim) is not judged. Both
-// probes are range reads of the BRIN index on processed_at.
+// deleted them). An idle consumer (no recent claim) is not judged. The
+// inbox reads the claims (Store.ClaimsAround).
 func horizonCheck(c Config) check {
-	q := pgsql.Render(`SELECT
-		EXISTS (SELECT 1 FROM {schema}.processed_messages
-			WHERE processed_at >= now() - make_interval(secs => $2) AND consumer = $1),
-		EXISTS (SELECT 1 FROM {schema}.processed_messages
-			WHERE processed_at < now() - make_interval(secs => $2) AND consumer = $1)`, c.Schema)
+	store, err := inbox.NewStore(c.Schema)
 	return check{name: "processed_messages_retention", run: func(ctx context.Context, db oncekit.Querier) (Finding, error) {
+		if err != nil {
+			return Finding{}, err
+		}
 		var f Finding
 		for _, h := range c.Horizons {
 			if !h.Since.IsZero() && time.Since(h.Since) < h.Horizon {
 				continue
 			}
-			var recent, old bool
-			if err := db.QueryRow(ctx, q, h.Consumer, h.Horizon.Seconds()).Scan(&recent, &old); err != nil {
+			recent, old, err := store.ClaimsAround(ctx, db, h.Consumer, h.Horizon)
+			if err != nil {
 				return Finding{}, err
 			}
 			if recent && !old {

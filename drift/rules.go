@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/sideeffect"
 )
 
 // Rule is a user check. Either SQL returns one row per violation, the first
@@ -173,78 +174,44 @@ func (r Rule) check(c Config) check {
 }
 
 // expectCheck matches business IDs against effects of one kind and lists
-// the missing and the extra ones, each class bounded by MaxIDs.
+// the missing and the extra ones, each class bounded by MaxIDs: the ledger
+// runs the match (sideeffect.Ledger.MatchSources) around the rule's SQL.
 func expectCheck(name string, x Expectation, c Config) check {
-	bid := "e.source_id"
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: c.Schema})
+	m := sideeffect.SourceMatch{Kind: x.Kind, Sources: renderUser(x.SourcesSQL, c), Window: c.Window, Limit: c.MaxIDs}
 	if x.BusinessID != "" {
-		bid = "convert_from(e.payload, 'UTF8')::jsonb #>> $3::text[]"
-	}
-	window := ""
-	if c.Window > 0 {
-		window = fmt.Sprintf(" AND e.created_at >= now() - make_interval(secs => %g)", c.Window.Seconds())
-	}
-	w := wrap(`WITH src AS MATERIALIZED (SELECT DISTINCT s::text AS id FROM (`, renderUser(x.SourcesSQL, c),
-		pgsql.Render(`) AS q(s) WHERE s IS NOT NULL),
-	eff AS MATERIALIZED (SELECT e.id, `+bid+` AS bid FROM {schema}.side_effects e WHERE e.kind = $1`+window+`),
-	v AS (
-		SELECT 'missing' AS class, src.id AS bid, '' AS effects, true AS has_source FROM src
-		WHERE NOT EXISTS (SELECT 1 FROM eff WHERE eff.bid = src.id)
-		UNION ALL
-		SELECT 'extra', g.bid, g.effects, src.id IS NOT NULL
-		FROM (SELECT eff.bid, string_agg(eff.id::text, ',' ORDER BY eff.id) AS effects, count(*) AS n
-			FROM eff GROUP BY eff.bid) g
-		LEFT JOIN src ON src.id = g.bid
-		WHERE g.n > 1 OR src.id IS NULL),
-	n AS (SELECT v.*, count(*) OVER (PARTITION BY class) AS total,
-		row_number() OVER (PARTITION BY class ORDER BY bid) AS i FROM v)
-	SELECT class, coalesce(bid, ''), effects, has_source, total FROM n WHERE i <= $2 ORDER BY class DESC, bid`, c.Schema))
-	w.reason = "returning one column of business IDs"
-	args := []any{x.Kind, c.MaxIDs}
-	if x.BusinessID != "" {
-		args = append(args, pathParts(x.BusinessID))
+		m.BusinessID = pathParts(x.BusinessID)
 	}
 	return check{name: name, run: func(ctx context.Context, db oncekit.Querier) (Finding, error) {
-		return runExpect(ctx, db, name, w, args)
-	}}
-}
-
-func runExpect(ctx context.Context, db oncekit.Querier, name string, w wrapped, args []any) (Finding, error) {
-	rows, err := db.Query(ctx, w.sql, args...)
-	if err != nil {
-		return Finding{}, w.explain(name, err)
-	}
-	defer rows.Close()
-	var f Finding
-	for rows.Next() {
-		var class, id, effects string
-		var hasSource bool
-		var total int64
-		if err := rows.Scan(&class, &id, &effects, &hasSource, &total); err != nil {
+		if err != nil {
 			return Finding{}, err
 		}
-		var ex string
-		if class == "missing" {
-			f.Missing, f.MissingTotal = append(f.Missing, id), total
-			ex = "missing " + id
-		} else {
-			f.Extra, f.ExtraTotal = append(f.Extra, id), total
+		found, err := ledger.MatchSources(ctx, db, m)
+		if se := (*sideeffect.SourcesError)(nil); errors.As(err, &se) {
+			w := wrapped{sql: se.Statement, at: se.At, n: se.Len, reason: "returning one column of business IDs"}
+			return Finding{}, w.explain(name, se.Err)
+		}
+		if err != nil {
+			return Finding{}, err
+		}
+		f := Finding{Missing: found.Missing, MissingTotal: found.MissingTotal, ExtraTotal: found.ExtraTotal}
+		for _, id := range found.Missing {
+			f.Examples = append(f.Examples, "missing "+id)
+		}
+		for _, x := range found.Extra {
+			f.Extra = append(f.Extra, x.BusinessID)
 			switch {
-			case id == "":
-				ex = "extra: effects " + effects + " have no business ID in their payload"
-			case hasSource:
-				ex = "extra " + id + ": effects " + effects + " for one business ID"
+			case x.BusinessID == "":
+				f.Examples = append(f.Examples, "extra: effects "+x.Effects+" have no business ID in their payload")
+			case x.HasSource:
+				f.Examples = append(f.Examples, "extra "+x.BusinessID+": effects "+x.Effects+" for one business ID")
 			default:
-				ex = "extra " + id + ": effect " + effects + " without a source"
+				f.Examples = append(f.Examples, "extra "+x.BusinessID+": effect "+x.Effects+" without a source")
 			}
 		}
-		if len(f.Examples) < maxExamples {
-			f.Examples = append(f.Examples, ex)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return Finding{}, w.explain(name, err)
-	}
-	f.Value = float64(f.MissingTotal + f.ExtraTotal)
-	f.Drift = f.Value > 0
-	return f, nil
+		f.Examples = f.Examples[:min(len(f.Examples), maxExamples)]
+		f.Value = float64(f.MissingTotal + f.ExtraTotal)
+		f.Drift = f.Value > 0
+		return f, nil
+	}}
 }

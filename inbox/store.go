@@ -21,6 +21,7 @@ import (
 // claims and dead letters can ride in the caller's transaction. It is what
 // the Consumer, the watermill middleware and `oncekit dlq` share.
 type Store struct {
+	schema                                                     string
 	claim, claimBatch, claimNew, claimNewAll, unclaim, settled string
 	insertDead, listDead, getDead, markReplayed                string
 	pruneClaimBounds, pruneClaim, pruneDead, pruneReplayedDead string
@@ -40,7 +41,8 @@ func NewStore(schema string) (*Store, error) {
 func renderStore(schema string) *Store {
 	r := func(q string) string { return pgsql.Render(q, schema) }
 	return &Store{
-		claim: r(`INSERT INTO {schema}.processed_messages (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`),
+		schema: schema,
+		claim:  r(`INSERT INTO {schema}.processed_messages (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`),
 		claimBatch: r(`INSERT INTO {schema}.processed_messages (consumer, message_id)
 			SELECT $1, id FROM unnest($2::uuid[]) AS t(id)
 			ON CONFLICT DO NOTHING RETURNING message_id`),

@@ -48,6 +48,7 @@ func writeStatus(e *env, r report.Status) error {
 	fmt.Fprintf(w, "oncekit status, schema %s\n\n", r.Schema)
 	fmt.Fprintf(w, "OUTBOX  backlog %d, oldest %s, parked %s\n", ob.Backlog, orZeroAge(ob.Backlog, ob.OldestAgeSeconds), alarm(ob.Parked))
 	if ob.Slot != nil {
+		fmt.Fprintln(w, "  backlog counts table rows only: in logical mode the events are WAL messages, behind by the slot's lag")
 		fmt.Fprintf(w, "  %s\n", slotLine(*ob.Slot))
 	}
 	var lines []string

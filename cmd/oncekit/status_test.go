@@ -134,6 +134,7 @@ func TestStatusShowsTheLogicalSlot(t *testing.T) {
 	code, out, stderr := cli(t, dbVars(db), "status")
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, out, "logical mode")
+	require.NotContains(t, out, "WAL messages")
 
 	ob, err := outbox.New(&outbox.Config{Schema: db.Schema, Logical: true})
 	require.NoError(t, err)
@@ -144,6 +145,7 @@ func TestStatusShowsTheLogicalSlot(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	t.Logf("status:\n%s", out)
 	require.Contains(t, out, "OUTBOX  backlog 0")
+	require.Contains(t, out, "backlog counts table rows only: in logical mode the events are WAL messages")
 	require.Regexp(t, `slot oncekit_\S+ \(logical mode\): INACTIVE, no relay streams !; lag [0-9.]+ [KMG]iB, time unknown; WAL retained`, out)
 
 	code, out, stderr = cli(t, dbVars(db), "status", "--json")

@@ -16,4 +16,9 @@
 // Every piece picks free loopback ports at start, keeps its files (configs,
 // logs, stores) under a directory the caller gives, and releases everything on
 // Close, which is safe to call after a failed test.
+//
+// The checker reads oncekit's tables with SQL of its own on purpose, not
+// through the reads of the packages that own them (outbox, inbox,
+// sideeffect, idempotency): it is an oracle, and a mistake in an owner's
+// read must not hide from the run that checks it.
 package chaos

@@ -7,8 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/sideeffect"
 )
 
 // Status is everything `oncekit status` and the console's overview show.
@@ -120,12 +122,11 @@ const Limit = 50
 // is set up.
 func Read(ctx context.Context, tx pgx.Tx, schema, slot string, overdue, recent time.Duration) (Status, error) {
 	rep := Status{Schema: schema, Consumers: []Consumer{}, Effects: []Effects{}}
-	q := func(sql string) string { return pgsql.Render(sql, schema) }
 	// JIT off for the rest of tx: the outbox's backlog after the cursors
 	// defies estimates, and over a large outbox its plan is priced past
 	// jit_above_cost; compiling it cost 600 ms at 10M rows, for a query
-	// that runs in one. And generic plans until the last statement, which
-	// sets back the mode tx had: every statement here reads through an index
+	// that runs in one. And generic plans until the reads are done, when the
+	// mode tx had is set back: every statement here reads through an index
 	// whatever its parameters (TestReportReadsThroughIndexes holds them to
 	// it with generic plans), and on large tables PostgreSQL otherwise kept
 	// planning the effects' counts anew on every run (0.3 ms, twice their
@@ -139,88 +140,95 @@ func Read(ctx context.Context, tx pgx.Tx, schema, slot string, overdue, recent t
 	if err != nil {
 		return rep, err
 	}
-	if s, err := ob.SlotStatus(ctx, tx); err != nil {
-		return rep, err
-	} else if s.SetUp {
-		rep.Outbox.Slot = &s
-	}
-	backlog, err := ob.BacklogByPartition(ctx, tx)
+	store, err := inbox.NewStore(schema)
 	if err != nil {
 		return rep, err
+	}
+	ledger, err := sideeffect.New(&sideeffect.Config{Schema: schema})
+	if err != nil {
+		return rep, err
+	}
+	records, err := idempotency.NewRecords(schema)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Outbox, err = readOutbox(ctx, tx, ob); err != nil {
+		return rep, err
+	}
+	activity, err := store.Activity(ctx, tx, Limit)
+	if err != nil {
+		return rep, err
+	}
+	for _, a := range activity {
+		rep.Consumers = append(rep.Consumers, Consumer{Name: a.Consumer, ClaimsLastHour: a.ClaimsLastHour,
+			DeadLetters: a.DeadLetters, OldestDeadAgeSeconds: a.OldestDeadAge.Seconds()})
+	}
+	counts, capped, err := ledger.CountByKind(ctx, tx, sideeffect.CountOptions{Overdue: overdue, Recent: recent, Kinds: Limit, Cap: LiveCap})
+	if err != nil {
+		return rep, err
+	}
+	for _, k := range counts {
+		rep.Effects = append(rep.Effects, Effects(k))
+	}
+	rep.EffectsCapped = capped
+	c, err := records.Count(ctx, tx, CompletedCap)
+	if err != nil {
+		return rep, err
+	}
+	rep.Idempotency = Idempotency(c)
+	_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, planMode)
+	return rep, err
+}
+
+// readOutbox reads the outbox's side: what is unpublished (the slot, in
+// logical mode), by partition with the partitions' owners, the relay
+// nodes and what is parked.
+func readOutbox(ctx context.Context, tx pgx.Tx, ob *outbox.Outbox) (Outbox, error) {
+	o := Outbox{Nodes: []Node{}, ParkedKeys: []ParkedKey{}}
+	u, err := ob.UnpublishedByPartition(ctx, tx)
+	if err != nil {
+		return o, err
+	}
+	if u.Logical {
+		o.Slot = &u.Slot
 	}
 	byPart := map[int]Unpublished{}
-	for _, b := range backlog {
+	for _, b := range u.Partitions {
 		pb := Unpublished{Backlog: b.Pending, OldestAgeSeconds: b.OldestAge.Seconds()}
 		byPart[b.Partition] = pb
-		rep.Outbox.add(pb)
+		o.add(pb)
 	}
-	// relay_partitions has one row per partition: small.
-	rows, err := tx.Query(ctx, q(`SELECT partition, coalesce(owner, ''),
-		CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - now())::float8 ELSE 0 END
-		FROM {schema}.relay_partitions ORDER BY partition`))
+	leases, err := ob.PartitionLeases(ctx, tx)
 	if err != nil {
-		return rep, err
+		return o, err
 	}
-	var parts []Range
-	parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Range, error) {
-		var s Range
-		err := r.Scan(&s.First, &s.Owner, &s.LeaseSeconds)
-		s.Last = s.First
-		if s.Owner == "" {
-			s.LeaseSeconds = 0
+	parts := make([]Range, 0, len(leases))
+	for _, l := range leases {
+		r := Range{First: l.Partition, Last: l.Partition, Owner: l.Owner, LeaseSeconds: l.LeaseLeft.Seconds(), Unpublished: byPart[l.Partition]}
+		if r.Owner == "" {
+			r.LeaseSeconds = 0
 		}
-		s.Unpublished = byPart[s.First]
-		return s, err
-	})
+		parts = append(parts, r)
+	}
+	o.Ranges = groupRanges(parts)
+	nodes, err := ob.RelayNodes(ctx, tx, Limit)
 	if err != nil {
-		return rep, err
+		return o, err
 	}
-	rep.Outbox.Ranges = groupRanges(parts)
-	rows, err = tx.Query(ctx, q(`SELECT id, extract(epoch FROM now() - heartbeat_at)::float8 FROM {schema}.relay_nodes
-		ORDER BY id LIMIT $1`), Limit)
+	for _, n := range nodes {
+		o.Nodes = append(o.Nodes, Node{ID: n.ID, HeartbeatAgeSeconds: n.HeartbeatAge.Seconds()})
+	}
+	if o.Parked, err = ob.ParkedCount(ctx, tx); err != nil {
+		return o, err
+	}
+	keys, err := ob.ParkedKeys(ctx, tx, Limit)
 	if err != nil {
-		return rep, err
+		return o, err
 	}
-	if rep.Outbox.Nodes, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Node]); err != nil {
-		return rep, err
+	for _, k := range keys {
+		o.ParkedKeys = append(o.ParkedKeys, ParkedKey{Key: k.Key, Messages: k.Messages, ParkedAgeSeconds: k.ParkedAge.Seconds()})
 	}
-	// Parked rows are in the partial index outbox_blocked.
-	if err := tx.QueryRow(ctx, q(`SELECT count(*) FROM {schema}.outbox o
-		WHERE (o.parked_at IS NOT NULL OR o.next_attempt_at IS NOT NULL) AND o.parked_at IS NOT NULL`)).Scan(&rep.Outbox.Parked); err != nil {
-		return rep, err
-	}
-	rows, err = tx.Query(ctx, q(`SELECT o.ordering_key, count(*), extract(epoch FROM now() - min(o.parked_at))::float8
-		FROM {schema}.outbox o WHERE (o.parked_at IS NOT NULL OR o.next_attempt_at IS NOT NULL) AND o.parked_at IS NOT NULL
-		GROUP BY o.ordering_key ORDER BY min(o.parked_at), o.ordering_key LIMIT $1`), Limit)
-	if err != nil {
-		return rep, err
-	}
-	if rep.Outbox.ParkedKeys, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ParkedKey]); err != nil {
-		return rep, err
-	}
-	if rep.Consumers, err = readConsumers(ctx, tx, q); err != nil {
-		return rep, err
-	}
-	if rep.Effects, rep.EffectsCapped, err = readEffects(ctx, tx, q, overdue, recent); err != nil {
-		return rep, err
-	}
-	// Each count reads a partial index: in-progress claims under a lease,
-	// completed records (idempotency_keys_expired, the newest first: under
-	// a bare limit the planner reads the table from its first page, which a
-	// large table's sequential scan does not keep in shared_buffers), unknown
-	// ones (idempotency_keys_unsettled).
-	err = tx.QueryRow(ctx, q(`SELECT
-		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL),
-		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'in_progress' AND locked_until IS NOT NULL AND locked_until < now()),
-		(SELECT count(*) FROM (SELECT FROM {schema}.idempotency_keys WHERE state = 'completed' AND expires_at > '-infinity'
-			ORDER BY expires_at DESC LIMIT $1) c),
-		(SELECT count(*) FROM {schema}.idempotency_keys WHERE state = 'unknown'),
-		set_config('plan_cache_mode', $2, true)`), CompletedCap+1, planMode).
-		Scan(&rep.Idempotency.InProgress, &rep.Idempotency.InProgressPastLease, &rep.Idempotency.Completed, &rep.Idempotency.Unknown, nil)
-	if rep.Idempotency.Completed > CompletedCap {
-		rep.Idempotency.Completed, rep.Idempotency.CompletedCapped = CompletedCap, true
-	}
-	return rep, err
+	return o, nil
 }
 
 // CompletedCap bounds the count of completed edge records.
@@ -250,87 +258,6 @@ func groupRanges(parts []Range) []Range {
 		out = append(out, p)
 	}
 	return out
-}
-
-// readConsumers lists the consumers with claims in the last hour (a range
-// of the BRIN index on processed_at) or with pending dead letters.
-func readConsumers(ctx context.Context, tx pgx.Tx, q func(string) string) ([]Consumer, error) {
-	rows, err := tx.Query(ctx, q(`WITH claims AS (
-			SELECT consumer, count(*) AS n FROM {schema}.processed_messages
-			WHERE processed_at >= now() - interval '1 hour' GROUP BY consumer),
-		dead AS (
-			SELECT consumer, count(*) AS n, extract(epoch FROM now() - min(created_at))::float8 AS oldest
-			FROM {schema}.dead_letters WHERE replayed_at IS NULL GROUP BY consumer)
-		SELECT coalesce(c.consumer, d.consumer), coalesce(c.n, 0), coalesce(d.n, 0), coalesce(d.oldest, 0)
-		FROM claims c FULL JOIN dead d ON d.consumer = c.consumer
-		ORDER BY 1 LIMIT $1`), Limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Consumer, error) {
-		var c Consumer
-		err := r.Scan(&c.Name, &c.ClaimsLastHour, &c.DeadLetters, &c.OldestDeadAgeSeconds)
-		return c, err
-	})
-}
-
-// readEffects counts effects by kind and state: the live ones (pending and
-// fired, then unknown: LiveCap of each at most) through the due index, and
-// the settled ones recorded within recent among the newest LiveCap effects,
-// through the primary key (IDs grow with the time effects are recorded: a
-// walk back from the newest stops at the first recorded before recent). It
-// reports whether a count stopped at LiveCap.
-//
-// The BRIN index on created_at would find the recent effects too, but
-// reading it costs a summary per 128 pages of the whole table: 0.55 ms at
-// 10M effects, where the walk costs a few index pages (decision 025).
-func readEffects(ctx context.Context, tx pgx.Tx, q func(string) string, overdue, recent time.Duration) ([]Effects, bool, error) {
-	rows, err := tx.Query(ctx, q(`WITH live AS (
-			(SELECT kind, state, next_attempt_at, lease_expires_at FROM {schema}.side_effects
-				WHERE next_attempt_at IS NOT NULL AND next_attempt_at < 'infinity' ORDER BY next_attempt_at, id LIMIT $4)
-			UNION ALL
-			(SELECT kind, state, next_attempt_at, lease_expires_at FROM {schema}.side_effects
-				WHERE next_attempt_at = 'infinity' ORDER BY next_attempt_at, id LIMIT $4)),
-		by_kind AS (
-			SELECT kind,
-				count(*) FILTER (WHERE state = 'pending') AS pending,
-				count(*) FILTER (WHERE state = 'pending' AND next_attempt_at < now() - make_interval(secs => $1)) AS overdue,
-				count(*) FILTER (WHERE state = 'fired') AS fired,
-				count(*) FILTER (WHERE state = 'fired' AND lease_expires_at < now()) AS past_lease,
-				count(*) FILTER (WHERE state = 'unknown') AS unknown
-			FROM live GROUP BY kind),
-		newest AS (
-			SELECT t.hi, coalesce(b.id, t.hi - $4) AS lo,
-				b.id IS NULL AND t.hi - $4 >= (SELECT min(id) FROM {schema}.side_effects) AS capped
-			FROM (SELECT max(id) AS hi FROM {schema}.side_effects) t
-			LEFT JOIN LATERAL (SELECT e.id FROM {schema}.side_effects e
-				WHERE e.id > t.hi - $4 AND e.id <= t.hi AND e.created_at < now() - make_interval(secs => $2)
-				ORDER BY e.id DESC LIMIT 1) b ON true),
-		settled AS (
-			SELECT e.kind, count(*) FILTER (WHERE e.state = 'confirmed' AND e.created_at >= now() - make_interval(secs => $2)) AS confirmed,
-				count(*) FILTER (WHERE e.state = 'failed' AND e.created_at >= now() - make_interval(secs => $2)) AS failed
-			FROM newest n JOIN {schema}.side_effects e ON e.id > n.lo AND e.id <= n.hi
-			WHERE e.state IN ('confirmed', 'failed')
-			GROUP BY e.kind)
-		SELECT coalesce(l.kind, s.kind), coalesce(l.pending, 0), coalesce(l.overdue, 0), coalesce(l.fired, 0),
-			coalesce(l.past_lease, 0), coalesce(l.unknown, 0), coalesce(s.confirmed, 0), coalesce(s.failed, 0), coalesce(n.capped, false)
-		FROM by_kind l FULL JOIN settled s ON s.kind = l.kind CROSS JOIN newest n ORDER BY 1 LIMIT $3`),
-		overdue.Seconds(), recent.Seconds(), Limit, LiveCap)
-	if err != nil {
-		return nil, false, err
-	}
-	var capped bool
-	effects, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effects, error) {
-		var e Effects
-		err := r.Scan(&e.Kind, &e.Pending, &e.Overdue, &e.Fired, &e.PastLease, &e.Unknown, &e.Confirmed, &e.Failed, &capped)
-		return e, err
-	})
-	var due, unknown int64
-	for _, e := range effects {
-		due += e.Pending + e.Fired
-		unknown += e.Unknown
-	}
-	return effects, capped || due >= LiveCap || unknown >= LiveCap, err
 }
 
 // LiveCap bounds the effects the report counts: that many due (pending and
