@@ -100,9 +100,13 @@ func TestExamplesImportNoInternalPackage(t *testing.T) {
 
 // A service that imports the library carries no client of a broker it does
 // not use, and none of the CLI's dependencies: the CLI and the tests that
-// run on RabbitMQ and Redis are modules of their own.
+// run on RabbitMQ and Redis are modules of their own. The graph is the
+// library module's alone (GOWORK=off), as a service that requires it sees it,
+// not the development workspace's.
 func TestLibraryModuleCarriesNoBrokerClient(t *testing.T) {
-	out, err := exec.Command("go", "mod", "graph").Output()
+	cmd := exec.Command("go", "mod", "graph")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)
 	}
