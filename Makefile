@@ -5,7 +5,7 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean pg17
+.PHONY: release help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean pg17
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -81,7 +81,7 @@ bench-scale: ## each hot path's rate at SCALE_ROWS retained rows, retention unde
 results: ## bench-summary.txt and bench/RESULTS.md from the last bench.txt (BENCH_NOTE adds a sentence)
 	cd bench && $(GO) run ./cmd/benchsum -results RESULTS.md -note "$(BENCH_NOTE)" < ../bench.txt | tee ../bench-summary.txt
 
-build: ## build the oncekit binary into bin/ (cmd/oncekit is a module of its own)
+build: ## build the oncekit binary into bin/ (cmd/oncekit is a module of its own, built from this checkout through go.work)
 	cd cmd/oncekit && $(GO) build -o ../../bin/oncekit .
 
 VERSION ?=
@@ -89,6 +89,10 @@ VERSION ?=
 api: ## write the exported API of a release to api/$(VERSION).txt (VERSION=v0.2.0); make test holds later changes to it
 	@test -n "$(VERSION)" || { echo "make api VERSION=vX.Y.Z"; exit 2; }
 	$(GO) run ./internal/apiguard/cmd/apilist > api/$(VERSION).txt
+
+release: ## tag every released module together at one commit (VERSION=v0.2.0): checks the API, points the go.mod files at VERSION, lists the API, installs from a module proxy of the commit; pushes nothing
+	@test -n "$(VERSION)" || { echo "make release VERSION=vX.Y.Z"; exit 2; }
+	bash internal/release/release.sh $(VERSION)
 
 vet: ## go vet, in every module
 	$(GO) vet ./...

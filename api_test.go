@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/mod/semver"
+
 	"github.com/oncekit/oncekit/internal/apiguard"
 )
 
@@ -100,9 +102,13 @@ func TestExamplesImportNoInternalPackage(t *testing.T) {
 
 // A service that imports the library carries no client of a broker it does
 // not use, and none of the CLI's dependencies: the CLI and the tests that
-// run on RabbitMQ and Redis are modules of their own.
+// run on RabbitMQ and Redis are modules of their own. The graph is the
+// library module's alone (GOWORK=off), as a service that requires it sees it,
+// not the development workspace's.
 func TestLibraryModuleCarriesNoBrokerClient(t *testing.T) {
-	out, err := exec.Command("go", "mod", "graph").Output()
+	cmd := exec.Command("go", "mod", "graph")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,11 +121,13 @@ func TestLibraryModuleCarriesNoBrokerClient(t *testing.T) {
 	}
 }
 
-// The API of the last release (api/v0.1.0.txt) holds: every identifier it
-// lists is still there with the same signature, unless the changelog's
-// Unreleased section names it (`make api` writes a release's listing).
+// The API of the last release (the newest api/vX.Y.Z.txt) holds: every
+// identifier it lists is still there with the same signature, unless the
+// changelog's Unreleased section names it (`make api` writes a release's
+// listing; `make release` runs this test before it writes the next).
 func TestAPIKeepsTheReleasedSurface(t *testing.T) {
-	released, err := os.ReadFile("api/v0.1.0.txt")
+	last := lastListing(t)
+	released, err := os.ReadFile(filepath.Join("api", last+".txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +145,26 @@ func TestAPIKeepsTheReleasedSurface(t *testing.T) {
 	}
 	unreleased, _, _ = strings.Cut(unreleased, "\n## ")
 	for _, line := range apiguard.Check(strings.Split(strings.TrimSpace(string(released)), "\n"), current, unreleased) {
-		t.Errorf("incompatible with v0.1.0 and not in CHANGELOG.md's Unreleased section (name %s there): %s", apiguard.Identifier(line), line)
+		t.Errorf("incompatible with %s and not in CHANGELOG.md's Unreleased section (name %s there): %s", last, apiguard.Identifier(line), line)
 	}
+}
+
+// lastListing is the newest release that api/ lists.
+func lastListing(t *testing.T) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("api", "v*.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := ""
+	for _, f := range files {
+		v := strings.TrimSuffix(filepath.Base(f), ".txt")
+		if semver.IsValid(v) && (last == "" || semver.Compare(v, last) > 0) {
+			last = v
+		}
+	}
+	if last == "" {
+		t.Fatal("api/ lists no release")
+	}
+	return last
 }

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/pgsql"
@@ -43,7 +43,7 @@ const pageLimit = 50
 
 // Console is the console's http.Handler.
 type Console struct {
-	db      *pgxpool.Pool
+	db      oncekit.Pool
 	cfg     Config
 	log     *slog.Logger
 	pages   map[string]*template.Template
@@ -56,8 +56,10 @@ type Console struct {
 	sql     statements
 }
 
-// New returns the console of the oncekit tables in db.
-func New(db *pgxpool.Pool, cfg *Config) (*Console, error) {
+// New returns the console of the oncekit tables in db, usually a
+// *pgxpool.Pool: the console serves requests concurrently, and its edge
+// actions run through idempotency.New, which takes a Pool.
+func New(db oncekit.Pool, cfg *Config) (*Console, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
@@ -255,10 +257,10 @@ var errNotFound = errors.New("not found")
 // readOnly runs f in a read-only transaction, so that every figure of a
 // page agrees, bounded by a statement timeout.
 func (con *Console) readOnly(ctx context.Context, f func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, con.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, con.db, func(tx pgx.Tx) error {
 		// Every query reads through an index: JIT compilation, which a
 		// plan priced on a large table's estimates would get, only costs.
-		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 5000; SET LOCAL jit = off"); err != nil {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET LOCAL statement_timeout = 5000; SET LOCAL jit = off"); err != nil {
 			return err
 		}
 		return f(tx)

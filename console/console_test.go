@@ -19,8 +19,8 @@ import (
 	"github.com/oncekit/oncekit/console"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/internal/consoletest"
-	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/report"
 )
 
 const (

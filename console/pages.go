@@ -14,8 +14,8 @@ import (
 	"github.com/oncekit/oncekit/drift"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/report"
 )
 
 func (con *Console) overview(w http.ResponseWriter, r *http.Request) {

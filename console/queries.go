@@ -3,8 +3,8 @@ package console
 import (
 	"fmt"
 
-	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/untrusted"
+	"github.com/oncekit/oncekit/report"
 )
 
 // statements is the console's own SQL, over its own table console_audit

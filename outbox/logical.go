@@ -165,9 +165,10 @@ func NewLogicalRelay(pool oncekit.Pool, connString string, ob *Outbox, pub broke
 // Run waits for the lease, then streams until ctx ends or the stream
 // fails; it runs the table's polling relay meanwhile. A lost connection
 // is reconnected after a pause; what was not confirmed is sent again.
+// While a Run of r has not returned, Run returns oncekit.ErrAlreadyRunning.
 func (r *LogicalRelay) Run(ctx context.Context) error {
 	if !r.running.TryLock() {
-		return errors.New("outbox: LogicalRelay.Run is already running")
+		return oncekit.ErrAlreadyRunning
 	}
 	defer r.running.Unlock()
 	ctx, cancel := context.WithCancel(ctx)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/retention"
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
@@ -105,7 +105,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	maxBackoff := fs.Duration("max-backoff", 10*time.Minute, "longest retry delay")
 	maxAttempts := fs.Int("max-attempts", 25, "attempts before an indefinite error leaves the effect unknown")
 	keepFor := fs.Duration("retention", 30*24*time.Hour, "keep confirmed/failed effects this long (negative: forever)")
-	retentionRate := fs.Int("retention-rate", retention.DefaultRate, "most rows retention deletes per second (negative: no limit)")
+	retentionRate := fs.Int("retention-rate", oncekit.DefaultRetentionRate, "most rows retention deletes per second (negative: no limit)")
 	listen := fs.String("listen", "127.0.0.1:9465", "address of /healthz and /metrics (empty: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")

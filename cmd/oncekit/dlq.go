@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekit/oncekit/cmd/oncekit/internal/printable"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
 const dlqUsage = `dlq <subcommand> [flags] [ID...]
@@ -171,7 +171,7 @@ func printDeadLetter(e *env, dl inbox.DeadLetter) {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", cell(k), cell(strings.Join(dl.Headers[k], ", ")))
 	}
 	if utf8.Valid(dl.Payload) {
-		fmt.Fprintf(e.stdout, "payload (%d bytes):\n%s\n", len(dl.Payload), untrusted.PrintableText(string(dl.Payload)))
+		fmt.Fprintf(e.stdout, "payload (%d bytes):\n%s\n", len(dl.Payload), printable.Text(string(dl.Payload)))
 	} else {
 		fmt.Fprintf(e.stdout, "payload (%d bytes, binary):\n%x\n", len(dl.Payload), dl.Payload)
 	}

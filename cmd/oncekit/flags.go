@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
-	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit"
 )
 
 // newFlagSet returns a flag set that reports errors instead of exiting and
@@ -129,7 +129,7 @@ type dbFlags struct {
 func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
 	d.e = e
 	fs.Var(&d.urlFlag, "database-url", "PostgreSQL connection `URL` (default: env DATABASE_URL)")
-	fs.Var(&d.schemaFlag, "schema", "`NAME` of the schema of oncekit's tables (default: env ONCEKIT_SCHEMA, else "+pgsql.DefaultSchema+")")
+	fs.Var(&d.schemaFlag, "schema", "`NAME` of the schema of oncekit's tables (default: env ONCEKIT_SCHEMA, else "+oncekit.DefaultSchema+")")
 }
 
 // url is the connection string: the flag's, else DATABASE_URL.
@@ -138,7 +138,7 @@ func (d *dbFlags) url() string { return d.urlFlag.resolve(d.e, "DATABASE_URL", "
 // schema is the schema of oncekit's tables: the flag's, else
 // ONCEKIT_SCHEMA, else the default.
 func (d *dbFlags) schema() string {
-	return d.schemaFlag.resolve(d.e, "ONCEKIT_SCHEMA", pgsql.DefaultSchema)
+	return d.schemaFlag.resolve(d.e, "ONCEKIT_SCHEMA", oncekit.DefaultSchema)
 }
 
 // validate checks the schema name (no SQL through configuration).
@@ -146,7 +146,7 @@ func (d *dbFlags) validate() error {
 	if d.schema() == "" {
 		return usagef("--schema: must not be empty")
 	}
-	if _, err := pgsql.ValidateSchema(d.schema()); err != nil {
+	if _, err := oncekit.ValidateSchema(d.schema()); err != nil {
 		return usagef("--schema: %v", err)
 	}
 	return nil
@@ -261,6 +261,15 @@ func checkURL(u string) error {
 	return nil
 }
 
+// refusedStartupParameter reports whether pgErr (SQLSTATE 08P01) is a
+// server, or a pooler in front of it, refusing a connection's start-up
+// parameter: PgBouncer's "unsupported startup parameter", which it answers
+// for every parameter it does not track (replication, options, search_path,
+// jit).
+func refusedStartupParameter(pgErr *pgconn.PgError) bool {
+	return strings.Contains(strings.ToLower(pgErr.Message), "startup parameter")
+}
+
 // connectError names what a failed first connection means.
 func connectError(cc *pgconn.Config, err error) error {
 	var pgErr *pgconn.PgError
@@ -273,7 +282,7 @@ func connectError(cc *pgconn.Config, err error) error {
 		case "42501":
 			return fmt.Errorf("role %q may not connect to database %q: %s", cc.User, cc.Database, pgErr.Message)
 		case "08P01":
-			if pgsql.RefusedStartupParameter(err) {
+			if refusedStartupParameter(pgErr) {
 				return fmt.Errorf("%s:%d (a connection pooler) refused a start-up parameter of the URL: %s: remove it from the URL and set it for the role instead (ALTER ROLE … SET …); a pooler passes only the parameters it tracks", cc.Host, cc.Port, pgErr.Message)
 			}
 			return fmt.Errorf("PostgreSQL at %s:%d refused the connection: %w", cc.Host, cc.Port, err)

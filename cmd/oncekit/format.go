@@ -3,7 +3,7 @@ package main
 import (
 	"strings"
 
-	"github.com/oncekit/oncekit/internal/untrusted"
+	"github.com/oncekit/oncekit/cmd/oncekit/internal/printable"
 )
 
 // oneLine folds whitespace (newlines included), cuts s to at most n runes
@@ -21,4 +21,4 @@ func oneLine(s string, n int) string {
 // provider's text) as a table or a listing prints it: control characters
 // and invalid UTF-8 escaped, so that none reaches the operator's terminal.
 // --json escapes them as JSON does.
-func cell(s string) string { return untrusted.Printable(s) }
+func cell(s string) string { return printable.String(s) }

@@ -9,7 +9,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
-	github.com/oncekit/oncekit v0.0.0
+	github.com/oncekit/oncekit v0.2.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/rabbitmq/amqp091-go v1.10.0
@@ -57,5 +57,3 @@ require (
 	google.golang.org/appengine v1.6.8 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/oncekit/oncekit => ../..

@@ -3,7 +3,7 @@ package main
 import (
 	"log/slog"
 
-	secrets "github.com/oncekit/oncekit/internal/redact"
+	secrets "github.com/oncekit/oncekit/cmd/oncekit/internal/redact"
 )
 
 // redact hides the credentials of the URLs (passwords, tokens) and

@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/eventsig"
-	"github.com/oncekit/oncekit/internal/retention"
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/outbox"
 )
@@ -57,7 +57,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&cfg.PollOnly, "poll-only", false, "do not LISTEN, even on a direct connection (through a pooler the relay finds it and polls by itself)")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 10, "failed publishes before a message is parked")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "keep published rows this long after their enqueue (negative: never delete)")
-	fs.IntVar(&cfg.RetentionRate, "retention-rate", retention.DefaultRate, "most rows retention deletes per second (negative: no limit)")
+	fs.IntVar(&cfg.RetentionRate, "retention-rate", oncekit.DefaultRetentionRate, "most rows retention deletes per second (negative: no limit)")
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", 30*time.Second, "bound on one publish round")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/report"
 )
 
 const statusUsage = `status [--json] [--metrics URL ...] [--standby-url URL]

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/report"
 )
 
 // age formats seconds in its largest whole unit ("45s", "3m", "2h", "4d"),

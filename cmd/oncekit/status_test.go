@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/pgcluster"
-	"github.com/oncekit/oncekit/internal/report"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/report"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -8,7 +8,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.11
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/oncekit/oncekit v0.0.0
+	github.com/oncekit/oncekit v0.2.0
 	golang.org/x/sync v0.24.0
 )
 
@@ -42,5 +42,3 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/oncekit/oncekit => ../..

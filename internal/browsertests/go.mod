@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
-	github.com/oncekit/oncekit v0.0.0
+	github.com/oncekit/oncekit v0.2.0
 	github.com/stretchr/testify v1.12.1
 )
 
@@ -44,5 +44,3 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/oncekit/oncekit => ../..

@@ -7,8 +7,6 @@ package pgsql
 import (
 	"context"
 	"errors"
-	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -20,24 +18,11 @@ import (
 // DefaultSchema is oncekit.DefaultSchema.
 const DefaultSchema = oncekit.DefaultSchema
 
-// ErrInvalidSchema is returned for a schema name that is not a plain
-// lower-case SQL identifier.
-var ErrInvalidSchema = errors.New("oncekit: invalid schema name")
+// ErrInvalidSchema is oncekit.ErrInvalidSchema.
+var ErrInvalidSchema = oncekit.ErrInvalidSchema
 
-var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
-// ValidateSchema accepts only plain lower-case identifiers (letters, digits,
-// underscore; at most 63 bytes), so a schema name taken from configuration can
-// never carry SQL. An empty name means DefaultSchema.
-func ValidateSchema(name string) (string, error) {
-	if name == "" {
-		return DefaultSchema, nil
-	}
-	if !identRe.MatchString(name) {
-		return "", fmt.Errorf("%w: %q (want [a-z_][a-z0-9_]*, at most 63 bytes)", ErrInvalidSchema, name)
-	}
-	return name, nil
-}
+// ValidateSchema is oncekit.ValidateSchema.
+func ValidateSchema(name string) (string, error) { return oncekit.ValidateSchema(name) }
 
 // Render replaces every "{schema}" in sql with the quoted schema name. The
 // name must have passed ValidateSchema.

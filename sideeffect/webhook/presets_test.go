@@ -8,6 +8,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -20,20 +21,38 @@ import (
 
 // rawServer answers 200 to every request and hands over each request's
 // header lines exactly as they came over the wire (name casing included).
+// The test's end closes the listener and every connection the client kept
+// alive, and waits for their goroutines.
 func rawServer(t *testing.T) (url string, requests <-chan []string, count *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 	ch := make(chan []string, 16)
 	count = &atomic.Int32{}
-	go func() {
+	wg.Go(func() {
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+			wg.Go(func() {
 				defer conn.Close()
 				r := textproto.NewReader(bufio.NewReader(conn))
 				for {
@@ -64,9 +83,9 @@ func rawServer(t *testing.T) (url string, requests <-chan []string, count *atomi
 						return
 					}
 				}
-			}()
+			})
 		}
-	}()
+	})
 	return "http://" + ln.Addr().String() + "/hook", ch, count
 }
 

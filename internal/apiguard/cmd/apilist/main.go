@@ -13,7 +13,11 @@ import (
 )
 
 func main() {
-	mod, err := exec.Command("go", "list", "-m").Output()
+	// The module in the current directory alone: in the development
+	// workspace, `go list -m` lists every module of it.
+	cmd := exec.Command("go", "list", "-m")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	mod, err := cmd.Output()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apilist: go list -m:", err)
 		os.Exit(1)

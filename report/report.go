@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
 )
@@ -116,11 +117,16 @@ const Limit = 50
 // Read reads every figure in tx (read-only and repeatable-read, so that
 // they agree), whose now() is the report's time: pending effects overdue
 // past overdue count as such, and settled effects are counted over recent.
-// Each figure reads through an index or under Limit. slot names the
+// Each figure reads through an index or under Limit. schema is checked by
+// oncekit.ValidateSchema ("" means oncekit.DefaultSchema). slot names the
 // logical relay's replication slot (outbox.Config.Slot; "" for its
 // default): the outbox reads it, and the report shows it when logical mode
 // is set up.
 func Read(ctx context.Context, tx pgx.Tx, schema, slot string, overdue, recent time.Duration) (Status, error) {
+	schema, err := oncekit.ValidateSchema(schema)
+	if err != nil {
+		return Status{}, fmt.Errorf("report: %w", err)
+	}
 	rep := Status{Schema: schema, Consumers: []Consumer{}, Effects: []Effects{}}
 	// JIT off for the rest of tx: the outbox's backlog after the cursors
 	// defies estimates, and over a large outbox its plan is priced past
