@@ -99,7 +99,7 @@ func TestDriftCommandOutputs(t *testing.T) {
 	// A rules file; a command-line threshold wins over the file's.
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(rules, []byte(`
-check_timeout: 300ms
+check_timeout: 3s
 rules:
   - name: slow
     sql: SELECT 1 FROM pg_sleep(30)
@@ -112,9 +112,9 @@ rules:
 	code, out, stderr = cli(t, vars, "drift", "--rules", rules)
 	require.Equal(t, exitDrift, code, "drift wins over a check that could not run: %s%s", out, stderr)
 	require.Contains(t, out, "captures: missing p3")
-	require.Contains(t, out, "slow: could not run: timed out after 300ms")
-	// (Longer than the file's, so that the built-in checks fit in it on a
-	// loaded machine: 100 ms did not, once.)
+	require.Contains(t, out, "slow: could not run: timed out after 3s")
+	// (Long enough for the built-in checks on a loaded machine: 100 ms
+	// did not fit, once, nor 300 ms.)
 	code, out, _ = cli(t, vars, "drift", "--rules", rules, "--check-timeout", "2s",
 		"--rule=slow2=SELECT 1 WHERE false", "--max-outbox-age", "1h")
 	require.Equal(t, exitDrift, code)
@@ -122,7 +122,7 @@ rules:
 	require.Regexp(t, `outbox_oldest_age_seconds\s+0\s+3600\s`, out)
 
 	// Only a check that could not run: exit 3, with the others reported.
-	code, out, _ = cli(t, vars, "drift", "--check-timeout", "300ms", "--rule=slow=SELECT 1 FROM pg_sleep(30)")
+	code, out, _ = cli(t, vars, "drift", "--check-timeout", "3s", "--rule=slow=SELECT 1 FROM pg_sleep(30)")
 	require.Equal(t, exitCheckError, code)
 	require.Contains(t, out, "dead_letters")
 	require.Contains(t, out, "slow: could not run")
