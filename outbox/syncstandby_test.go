@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
@@ -30,7 +28,7 @@ func TestRelayPublishesOnlyWhatTheSynchronousStandbyHas(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(standby.Close)
 	b := setupDB(t, testenv.NewDBOn(t, pg.URL("postgres")))
-	t.Cleanup(func() { unsync(t, pg) }) // first: let the cleanup's own commits through
+	t.Cleanup(func() { testenv.Unsync(t, pg.URL("postgres")) }) // first: let the cleanup's own commits through
 	pub, _ := publisher(t, b.nats.URL)
 
 	// The relay runs, its leases long enough to outlast the test: once the
@@ -46,73 +44,31 @@ func TestRelayPublishesOnlyWhatTheSynchronousStandbyHas(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}()
-	enqueue := func() (pid int, committed chan error) {
-		tx, err := b.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		_, err = b.ob.Enqueue(ctx, tx, broker.Message{ID: uuid.New(), Subject: b.subject + ".a", Key: "k", Payload: []byte("x")})
-		require.NoError(t, err)
-		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-		committed = make(chan error, 1)
-		go func() { committed <- tx.Commit(ctx) }()
-		return pid, committed
-	}
-	_, committed := enqueue()
-	require.NoError(t, <-committed)
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = b.ob.Enqueue(ctx, tx, broker.Message{ID: uuid.New(), Subject: b.subject + ".a", Key: "k", Payload: []byte("x")})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
 	waitCount(t, b.stream, 1, 30*time.Second) // the relay holds its partitions
 
 	require.NoError(t, standby.StopImmediate())
-	pid, committed := enqueue()
-	waitSyncRep(t, b.db.Pool, func(p int, query string) bool { return p == pid })
-	_, err = b.db.Pool.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid)
+	tx, err = b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, <-committed, "a commit whose wait is cancelled commits on the primary")
+	_, err = b.ob.Enqueue(ctx, tx, broker.Message{ID: uuid.New(), Subject: b.subject + ".a", Key: "k", Payload: []byte("x")})
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	testenv.CommitLocally(t, b.db.Pool, tx, pid)
 	var visible int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&visible))
 	require.Equal(t, 2, visible, "the row is visible on the primary")
 
 	// The relay has read the row and waits, in its barrier's commit, for
 	// the standby.
-	waitSyncRep(t, b.db.Pool, func(p int, query string) bool { return p != pid && strings.EqualFold(query, "commit") })
+	testenv.WaitSyncRep(t, b.db.Pool, func(p int, query string) bool { return p != pid && strings.EqualFold(query, "commit") })
 	require.Equal(t, uint64(1), streamCount(t, b.stream), "published a row its synchronous standby does not have")
 
 	require.NoError(t, standby.Start(ctx))
 	waitCount(t, b.stream, 2, 30*time.Second)
 }
 
-// waitSyncRep waits until a backend that match accepts (by its PID and
-// statement) waits for the
-// synchronous standby.
-func waitSyncRep(t *testing.T, pool *pgxpool.Pool, match func(pid int, query string) bool) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		rows, err := pool.Query(context.Background(), `SELECT pid, query FROM pg_stat_activity WHERE wait_event = 'SyncRep'`)
-		if err != nil {
-			return false
-		}
-		var pid int
-		var query string
-		found := false
-		_, err = pgx.ForEachRow(rows, []any{&pid, &query}, func() error {
-			found = found || match(pid, strings.TrimSpace(query))
-			return nil
-		})
-		return err == nil && found
-	}, 30*time.Second, 20*time.Millisecond, "no backend waits for the synchronous standby")
-}
-
-// unsync stops pg waiting for a standby, for the cleanup's commits.
-func unsync(t *testing.T, pg *pgcluster.Cluster) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pg.URL("postgres"))
-	if err != nil {
-		t.Log(err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `ALTER SYSTEM SET synchronous_standby_names = ''`); err != nil {
-		t.Log(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
-		t.Log(err)
-	}
-}
