@@ -71,4 +71,3 @@ func TestRelayPublishesOnlyWhatTheSynchronousStandbyHas(t *testing.T) {
 	require.NoError(t, standby.Start(ctx))
 	waitCount(t, b.stream, 2, 30*time.Second)
 }
-
