@@ -45,6 +45,8 @@ type metrics struct {
 	statementErrors *prometheus.CounterVec
 	// keyQuality: labels operation and kind (keyKind).
 	keyQuality *prometheus.CounterVec
+	// live: labels operation (capped) and state.
+	live *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -90,10 +92,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "statement_errors_total", Help: "Requests answered 503 because PostgreSQL refused the edge's statement as sent (a missing grant, an undefined table or column, a read-only server, an argument the driver cannot encode), by statement (store) and SQLSTATE class (client: refused by the driver)."},
 			[]string{"statement", "class"}),
 		keyQuality: newKeyQuality(),
+		live:       newLiveRecords(),
 	}
 	if err := promshare.RegisterAlone(reg, "idempotency: Config.Registerer", "Edge",
 		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal, m.cleanupLag,
-		m.unknown, m.reconciled, m.unsettled, m.unsettledAge, m.statementErrors, m.keyQuality); err != nil {
+		m.unknown, m.reconciled, m.unsettled, m.unsettledAge, m.statementErrors, m.keyQuality, m.live); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -17,7 +17,8 @@ import (
 // returns how many it deleted; it also empties the response bodies past
 // their Route.TTL.
 // In-progress records are never touched, whatever their age. It also
-// refreshes the in-progress gauges.
+// refreshes the in-progress gauges and the live records per operation and
+// state.
 func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	q := retention.Spaced(e.db, retention.Spacing(e.cfg.RetentionRate, e.cfg.RetentionBatch))
@@ -55,6 +56,9 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 		}
 	}
 	if err := e.measureUnsettled(ctx); err != nil {
+		return total, err
+	}
+	if err := e.measureLive(ctx); err != nil {
 		return total, err
 	}
 	var count int64
