@@ -23,7 +23,14 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	q := retention.Spaced(e.db, retention.Spacing(e.cfg.RetentionRate, e.cfg.RetentionBatch))
 	from := time.Time{} // each batch starts at the last expiry the previous one deleted
-	for {
+	// With Config.OnExpire, expired records and bodies go one by one
+	// through the hook instead of in bulk.
+	hooked, hookErr := e.expireThroughHook(ctx)
+	total += hooked
+	if hookErr != nil && ctx.Err() != nil {
+		return total, hookErr
+	}
+	for e.cfg.OnExpire == nil {
 		var n int64
 		if err := q.QueryRow(ctx, e.sql.prune, e.cfg.RetentionBatch, from).Scan(&n, &from); err != nil {
 			return total, fmt.Errorf("idempotency: prune: %w", err)
@@ -36,7 +43,7 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	}
 	// Response bodies past their lifetime (TTL) are emptied; their records
 	// keep the key's meaning (status, headers, times) until KeyTTL.
-	for {
+	for e.cfg.OnExpire == nil {
 		var n int64
 		if err := q.QueryRow(ctx, e.sql.purgeBodies, e.cfg.RetentionBatch).Scan(&n); err != nil {
 			return total, fmt.Errorf("idempotency: prune responses: %w", err)
@@ -73,7 +80,7 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 		return total, fmt.Errorf("idempotency: prune: cleanup lag: %w", err)
 	}
 	e.m.cleanupLag.Set(lag)
-	return total, nil
+	return total, hookErr
 }
 
 // Run calls Prune every Config.RetentionInterval until ctx ends, and then
