@@ -23,7 +23,8 @@ func TestKeyKind(t *testing.T) {
 		{"order-1732780800", keyKindTimestamp},
 		{"checkout_1732780800123_retry", keyKindTimestamp},
 		{"2026-11-28T09:12:00Z", keyKindTimestamp},
-		{"invoice-20261128-0001-abcdefgh", keyKindTimestamp},
+		{"invoice-2026-11-28-0001", keyKindTimestamp},
+		{"20450829-c4d1-4ce7-ad3d-0e5abc0d2fc9", ""}, // a UUID whose first group reads as a date
 		{"42", keyKindCounter},
 		{"000000123", keyKindCounter},
 		{"order-42", keyKindCounter},
