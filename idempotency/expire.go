@@ -131,7 +131,7 @@ func (e *Edge) expirePhase(ctx context.Context, whole bool) (done, failed int64,
 				batchFailed++
 				hookErr = cmp.Or(hookErr, herr)
 				e.log.Warn("idempotency: OnExpire failed; the record is kept for the next pass",
-					"operation", x.Operation, "key_digest", x.KeyDigest[:16], "deleted", whole, "error", herr)
+					"operation", x.Operation, "key_digest", x.KeyDigest[:min(len(x.KeyDigest), 16)], "deleted", whole, "error", herr)
 				continue
 			}
 			tag, err := e.db.Exec(ctx, apply, x.Tenant, x.Operation, x.KeyDigest)
