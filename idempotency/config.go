@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -45,6 +46,19 @@ type Config struct {
 	// RetentionRate is the most rows a retention pass deletes per second
 	// (negative: no limit). Defaults to oncekit.DefaultRetentionRate.
 	RetentionRate int
+	// OnExpire, when set, is called by Prune for each completed or
+	// released record whose response body reached its Route.TTL, and
+	// again when the record reaches its Route.KeyTTL, before the body is
+	// emptied or the record deleted: to archive it or write a tombstone,
+	// as a retention policy may require. It receives the key's digest,
+	// never the key. An error (or a panic) keeps the record as it is for
+	// the next pass, and Prune then returns an error counting them; each
+	// record is given to OnExpire once per pass, and a batch of
+	// RetentionBatch records it fails entirely ends the pass. Records are
+	// then let go one by one instead of in bulk, and a record whose
+	// deletion fails after OnExpire returned is given to it again: at
+	// least once. Defaults to nil: expired records are let go in bulk.
+	OnExpire func(ctx context.Context, x Expired) error
 }
 
 // ErrInvalidConfig is wrapped by the error New and Edge.Route return

@@ -43,6 +43,10 @@ type metrics struct {
 	// statementErrors: labels statement (store) and class
 	// (pgsql.BrokenClass).
 	statementErrors *prometheus.CounterVec
+	// keyQuality: labels operation and kind (keyKind).
+	keyQuality *prometheus.CounterVec
+	// live: labels operation (capped) and state.
+	live *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -87,10 +91,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		statementErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "statement_errors_total", Help: "Requests answered 503 because PostgreSQL refused the edge's statement as sent (a missing grant, an undefined table or column, a read-only server, an argument the driver cannot encode), by statement (store) and SQLSTATE class (client: refused by the driver)."},
 			[]string{"statement", "class"}),
+		keyQuality: newKeyQuality(),
+		live:       newLiveRecords(),
 	}
 	if err := promshare.RegisterAlone(reg, "idempotency: Config.Registerer", "Edge",
 		m.requests, m.stored, m.released, m.fenced, m.conflictAge, m.inProgress, m.oldestAge, m.cleanedTotal, m.cleanupLag,
-		m.unknown, m.reconciled, m.unsettled, m.unsettledAge, m.statementErrors); err != nil {
+		m.unknown, m.reconciled, m.unsettled, m.unsettledAge, m.statementErrors, m.keyQuality, m.live); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -123,6 +123,7 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, map[string]float64{
 		"oncekit_idempotency_requests_total/missing_key":          1,
 		"oncekit_idempotency_requests_total/invalid_key":          1,
+		"oncekit_idempotency_key_quality_total":                   2, // "k" and "slow": short
 		"oncekit_idempotency_requests_total/new":                  2,
 		"oncekit_idempotency_requests_total/replayed":             1,
 		"oncekit_idempotency_requests_total/mismatch":             1,

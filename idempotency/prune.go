@@ -17,12 +17,20 @@ import (
 // returns how many it deleted; it also empties the response bodies past
 // their Route.TTL.
 // In-progress records are never touched, whatever their age. It also
-// refreshes the in-progress gauges.
+// refreshes the in-progress gauges and the live records per operation and
+// state.
 func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	q := retention.Spaced(e.db, retention.Spacing(e.cfg.RetentionRate, e.cfg.RetentionBatch))
 	from := time.Time{} // each batch starts at the last expiry the previous one deleted
-	for {
+	// With Config.OnExpire, expired records and bodies go one by one
+	// through the hook instead of in bulk.
+	hooked, hookErr := e.expireThroughHook(ctx)
+	total += hooked
+	if hookErr != nil && ctx.Err() != nil {
+		return total, hookErr
+	}
+	for e.cfg.OnExpire == nil {
 		var n int64
 		if err := q.QueryRow(ctx, e.sql.prune, e.cfg.RetentionBatch, from).Scan(&n, &from); err != nil {
 			return total, fmt.Errorf("idempotency: prune: %w", err)
@@ -35,7 +43,7 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	}
 	// Response bodies past their lifetime (TTL) are emptied; their records
 	// keep the key's meaning (status, headers, times) until KeyTTL.
-	for {
+	for e.cfg.OnExpire == nil {
 		var n int64
 		if err := q.QueryRow(ctx, e.sql.purgeBodies, e.cfg.RetentionBatch).Scan(&n); err != nil {
 			return total, fmt.Errorf("idempotency: prune responses: %w", err)
@@ -57,6 +65,9 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 	if err := e.measureUnsettled(ctx); err != nil {
 		return total, err
 	}
+	if err := e.measureLive(ctx); err != nil {
+		return total, err
+	}
 	var count int64
 	var oldest float64
 	if err := e.db.QueryRow(ctx, e.sql.inProgress).Scan(&count, &oldest); err != nil {
@@ -69,7 +80,7 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 		return total, fmt.Errorf("idempotency: prune: cleanup lag: %w", err)
 	}
 	e.m.cleanupLag.Set(lag)
-	return total, nil
+	return total, hookErr
 }
 
 // Run calls Prune every Config.RetentionInterval until ctx ends, and then

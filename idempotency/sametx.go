@@ -190,7 +190,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 // the response is not to be stored.
 func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte, conn *pgxpool.Conn, tx pgx.Tx, token int64) {
 	bg := context.WithoutCancel(r.Context())
-	rt.count(OutcomeNew)
+	rt.countNew(id)
 	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: token}
 	ctx, out := withOutcome(context.WithValue(withInfo(r.Context(), info), txKey{}, pgx.Tx(ownedTx{tx})))
 	rw, panicked := runHandler(next, r.WithContext(ctx))

@@ -156,7 +156,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 		rt.e.log.Warn("idempotency: recovered an abandoned claim; re-running the handler",
 			"operation", id.operation, "key_hash", keyHash(id), "token", c.token)
 	} else {
-		rt.count(OutcomeNew)
+		rt.countNew(id)
 	}
 	rw, panicked := runHandler(next, req)
 	stopRenew()

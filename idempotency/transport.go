@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oncekit/oncekit/internal/backoff"
@@ -44,6 +45,28 @@ type Transport struct {
 	// MaxUnknownWait bounds how long one unknown answer is followed on its
 	// status resource before it is returned as it is. Defaults to 1 minute.
 	MaxUnknownWait time.Duration
+	// RetryBudget bounds the retries of all the Transport's requests
+	// together, as a token bucket of RetryBudget tokens: a retry takes
+	// one, and an attempt the server answers (anything but a 5xx or a
+	// lost answer) gives back RetryRefill. With no token left a request
+	// returns its last answer (or its error, wrapping
+	// ErrRetryBudgetExhausted). Defaults to 20; negative: no budget.
+	RetryBudget int
+	// RetryRefill is the part of a token an answered attempt gives back.
+	// Defaults to 0.2: at most one retry for five answers in the long run.
+	RetryRefill float64
+	// BreakerThreshold is how many attempts in a row, across requests,
+	// answered 5xx or lost open the breaker: for BreakerCooldown every
+	// request fails at once with ErrCircuitOpen, sending nothing; then one
+	// request goes through as a probe, and closes the breaker if answered
+	// or opens it again for twice as long (up to 16 times
+	// BreakerCooldown). Defaults to 10; negative: no breaker.
+	BreakerThreshold int
+	// BreakerCooldown is how long the breaker stays open. Defaults to 5s.
+	BreakerCooldown time.Duration
+
+	once  sync.Once
+	state *retryState
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -63,6 +86,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	st := t.shared()
+	probe, err := st.admit(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if probe { // ended before its first answer: another request probes
+			st.abandon()
+		}
+	}()
 	attempts := cmp.Or(t.MaxAttempts, 5)
 	bo := backoff.Policy{Min: cmp.Or(t.MinBackoff, 100*time.Millisecond), Max: cmp.Or(t.MaxBackoff, 5*time.Second), FullJitter: true}
 	maxRA := cmp.Or(t.MaxRetryAfter, 30*time.Second)
@@ -75,6 +108,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		resp, err := base.RoundTrip(r)
+		open := st.done(time.Now(), failedAttempt(resp, err), probe)
+		probe = false
 		if err == nil && resp.StatusCode == http.StatusConflict {
 			if monitor, ok := unknownOutcome(resp, r.URL); ok {
 				if attempt >= attempts || !t.awaitSettled(req, base, monitor, bo) {
@@ -96,7 +131,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				delay = d
 			}
 		}
-		if attempt >= attempts || req.Context().Err() != nil {
+		if attempt >= attempts || req.Context().Err() != nil || open || !beforeDeadline(req, delay) {
+			return resp, err
+		}
+		if !st.spend() {
+			if err != nil {
+				err = fmt.Errorf("%w: %w", ErrRetryBudgetExhausted, err)
+			}
 			return resp, err
 		}
 		if resp != nil {
@@ -190,4 +231,12 @@ func (t *Transport) awaitSettled(req *http.Request, base http.RoundTripper, moni
 		}
 	}
 	return false
+}
+
+// beforeDeadline reports whether a retry after delay would start before
+// the request's context deadline (always, without one): a retry that
+// could not be sent in time is not waited for.
+func beforeDeadline(req *http.Request, delay time.Duration) bool {
+	deadline, ok := req.Context().Deadline()
+	return !ok || time.Now().Add(delay).Before(deadline)
 }
