@@ -52,24 +52,11 @@ func (p *Cluster) FailoverStandbyVia(ctx context.Context, slot, addr string) (*C
 	if err := p.exec(ctx, `SELECT pg_create_physical_replication_slot($1, true)`, slot); err != nil {
 		return nil, fmt.Errorf("pgcluster: create the standby's slot: %w", err)
 	}
-	port, err := freePort()
+	s, err := p.newStandby()
 	if err != nil {
 		return nil, err
 	}
-	base, err := os.MkdirTemp("", "oncekit-pg-standby-")
-	if err != nil {
-		return nil, err
-	}
-	s := &Cluster{bin: p.bin, base: base, data: filepath.Join(base, "data"), logPath: p.logPath, port: port}
-	fail := func(err error) (*Cluster, error) { _ = os.RemoveAll(base); return nil, err }
-	if err := os.Chmod(base, 0o755); err != nil {
-		return fail(err)
-	}
-	if os.Geteuid() == 0 {
-		if err := chownToPostgres(base); err != nil {
-			return fail(err)
-		}
-	}
+	fail := func(err error) (*Cluster, error) { _ = os.RemoveAll(s.base); return nil, err }
 	if _, err := os.Stat(p.Tool("pg_basebackup")); err == nil {
 		err = s.run(ctx, "pg_basebackup", "-D", s.data, "-X", "none", "-c", "fast", "--no-sync",
 			"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres")
@@ -87,7 +74,7 @@ hot_standby = on
 hot_standby_feedback = on
 primary_conninfo = 'host=%s port=%s user=postgres dbname=postgres application_name=%s'
 primary_slot_name = '%s'
-`, port, s.data, host, pport, slot, slot)
+`, s.port, s.data, host, pport, slot, slot)
 	if major >= 17 {
 		conf += "sync_replication_slots = on\nsynchronized_standby_slots = ''\n"
 	}

@@ -76,30 +76,11 @@ type Options struct {
 // Start creates and starts a PostgreSQL cluster and waits until it accepts
 // connections. On error nothing is left running or on disk but the log.
 func Start(ctx context.Context, opt Options) (*Cluster, error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
 	bin, err := pgBinDir()
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	base, err := os.MkdirTemp("", "oncekit-pg-")
-	if err != nil {
-		return nil, err
-	}
-	p := &Cluster{bin: bin, base: base, data: filepath.Join(base, "data"), logPath: filepath.Join(opt.LogDir, "postgres.log"), port: port}
-	if err := p.create(ctx, opt.Settings); err != nil {
-		_ = os.RemoveAll(base)
-		return nil, err
-	}
-	if err := p.Start(ctx); err != nil {
-		p.Close()
-		return nil, err
-	}
-	return p, nil
+	return StartIn(ctx, bin, opt)
 }
 
 // create runs initdb and writes the server settings.

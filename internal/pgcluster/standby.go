@@ -25,30 +25,17 @@ func (p *Cluster) StandbyVia(ctx context.Context, addr string) (*Cluster, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	port, err := freePort()
+	s, err := p.newStandby()
 	if err != nil {
 		return nil, err
 	}
-	base, err := os.MkdirTemp("", "oncekit-pg-standby-")
-	if err != nil {
-		return nil, err
-	}
-	s := &Cluster{bin: p.bin, base: base, data: filepath.Join(base, "data"), logPath: p.logPath, port: port}
-	fail := func(err error) (*Cluster, error) { _ = os.RemoveAll(base); return nil, err }
-	if err := os.Chmod(base, 0o755); err != nil {
-		return fail(err)
-	}
-	if os.Geteuid() == 0 {
-		if err := chownToPostgres(base); err != nil {
-			return fail(err)
-		}
-	}
+	fail := func(err error) (*Cluster, error) { _ = os.RemoveAll(s.base); return nil, err }
 	if err := s.run(ctx, "pg_basebackup", "-D", s.data, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast",
 		"-h", host, "-p", pport, "-U", "postgres"); err != nil {
 		return fail(err)
 	}
 	// The copied postgresql.conf names p's port and socket: later lines win.
-	conf := fmt.Sprintf("\n# standby\nport = %d\nunix_socket_directories = '%s'\nhot_standby = on\n", port, s.data)
+	conf := fmt.Sprintf("\n# standby\nport = %d\nunix_socket_directories = '%s'\nhot_standby = on\n", s.port, s.data)
 	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return fail(err)
@@ -63,6 +50,31 @@ func (p *Cluster) StandbyVia(ctx context.Context, addr string) (*Cluster, error)
 	if err := s.Start(ctx); err != nil {
 		s.Close()
 		return nil, err
+	}
+	return s, nil
+}
+
+// newStandby makes the directory and picks the port of a new standby of
+// p, with p's server programs and log; nothing runs yet.
+func (p *Cluster) newStandby() (*Cluster, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.MkdirTemp("", "oncekit-pg-standby-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Cluster{bin: p.bin, base: base, data: filepath.Join(base, "data"), logPath: p.logPath, port: port}
+	if err := os.Chmod(base, 0o755); err != nil {
+		_ = os.RemoveAll(base)
+		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		if err := chownToPostgres(base); err != nil {
+			_ = os.RemoveAll(base)
+			return nil, err
+		}
 	}
 	return s, nil
 }
