@@ -53,6 +53,14 @@ type PgBouncer struct {
 // pgbouncer is not installed: `apt-get install pgbouncer` (.ci/run does).
 func StartPgBouncer(t testing.TB, upstream string) *PgBouncer {
 	t.Helper()
+	return startPgBouncer(t, upstream, 3)
+}
+
+// startPgBouncer is StartPgBouncer, trying again on another port, up to
+// attempts times in all, when the free port it picked was taken before
+// PgBouncer could listen on it.
+func startPgBouncer(t testing.TB, upstream string, attempts int) *PgBouncer {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(upstream)
 	if err != nil {
 		t.Fatalf("testenv: pgbouncer upstream: %v", err)
@@ -98,10 +106,24 @@ func StartPgBouncer(t testing.TB, upstream string) *PgBouncer {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
+			select {
+			case <-done:
+				// What answered was another process that took the free
+				// port first (a server of a test running beside this
+				// one): PgBouncer could not listen and exited.
+				if attempts > 1 {
+					return startPgBouncer(t, upstream, attempts-1)
+				}
+				t.Fatalf("testenv: pgbouncer exited at start, %s answering in its place:\n%s", addr, out())
+			case <-time.After(100 * time.Millisecond):
+			}
 			break
 		}
 		select {
 		case <-done:
+			if strings.Contains(out(), "Address already in use") && attempts > 1 {
+				return startPgBouncer(t, upstream, attempts-1) // the free port was taken meanwhile
+			}
 			t.Fatalf("testenv: pgbouncer exited at start:\n%s", out())
 		default:
 		}
