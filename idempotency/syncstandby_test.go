@@ -20,6 +20,7 @@ import (
 // record with the payment, would tell the client that a request succeeded
 // whose effects are gone.
 func TestReplayWaitsForTheSynchronousStandby(t *testing.T) {
+	testenv.RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
 	ctx := context.Background()
 	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\nsynchronous_standby_names = '*'\n"})
 	standby, err := pg.Standby(ctx)

@@ -20,6 +20,7 @@ import (
 // once the standby has the claim: acked before, and the failover erasing
 // the claim, nothing would redeliver it.
 func TestDuplicateIsAckedOnlyOnceTheSynchronousStandbyHasItsClaim(t *testing.T) {
+	testenv.RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
 	ctx := context.Background()
 	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\nsynchronous_standby_names = '*'\n"})
 	standby, err := pg.Standby(ctx)

@@ -24,6 +24,7 @@ import (
 // bounded pace, not spin, so that it resumes once its address leads to a
 // primary again.
 func TestRelayOnAReadOnlyServer(t *testing.T) {
+	testenv.RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
 	ctx := context.Background()
 	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\n"})
 	standby, err := pg.Standby(ctx)

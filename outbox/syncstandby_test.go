@@ -22,6 +22,7 @@ import (
 // relay publishes only what the standby has: it reads, waits in its
 // barrier's commit for the standby, and publishes after.
 func TestRelayPublishesOnlyWhatTheSynchronousStandbyHas(t *testing.T) {
+	testenv.RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
 	ctx := context.Background()
 	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\nsynchronous_standby_names = '*'\n"})
 	standby, err := pg.Standby(ctx)
