@@ -27,7 +27,12 @@ func TestDuplicateIsAckedOnlyOnceTheSynchronousStandbyHasItsClaim(t *testing.T) 
 	require.NoError(t, err)
 	t.Cleanup(standby.Close)
 	b := setupOn(t, natsjs.StreamConfig{}, testenv.NewDBOn(t, pg.URL("postgres")))
+	// The consumer runs (its start-up writes done) before the standby
+	// stops: it applies a first message.
+	c := b.start(b.source("d", time.Minute), inbox.HandlerFunc(insertEffect), b.config("c"))
 	t.Cleanup(func() { testenv.Unsync(t, pg.URL("postgres")) }) // first: let the cleanup's own commits through
+	b.publish(b.msg("", 0))
+	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 })
 
 	require.NoError(t, standby.StopImmediate())
 	m := b.msg("", 1)
@@ -38,9 +43,7 @@ func TestDuplicateIsAckedOnlyOnceTheSynchronousStandbyHasItsClaim(t *testing.T) 
 	var pid int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
 	testenv.CommitLocally(t, b.db.Pool, tx, pid)
-
 	b.publish(m)
-	c := b.start(b.source("d", time.Minute), inbox.HandlerFunc(insertEffect), b.config("c"))
 	// The consumer found the claim and waits, in its barrier's commit, for
 	// the standby before it acks.
 	testenv.WaitSyncRep(t, b.db.Pool, func(p int, query string) bool { return p != pid && strings.EqualFold(query, "commit") })
@@ -56,5 +59,5 @@ func TestDuplicateIsAckedOnlyOnceTheSynchronousStandbyHasItsClaim(t *testing.T) 
 	require.NoError(t, standby.Start(ctx))
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Duplicates == 1 })
 	require.Eventually(t, func() bool { return pending() == 0 }, 30*time.Second, 20*time.Millisecond)
-	require.Empty(t, b.effects(), "the handler never ran")
+	require.Len(t, b.effects(), 1, "the handler ran for the first message only")
 }
