@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/sideeffect"
 )
