@@ -141,6 +141,11 @@ type Topology struct {
 	// Partition is how long the standby is cut off before the primary
 	// dies. Defaults to a second.
 	Partition time.Duration
+	// BeforeCut, when set, runs just before the standby is cut off, and
+	// the function it returns just after: the run pauses its consumers
+	// there, so that a backlog of messages meets them while the primary is
+	// alone and a claim committed without the standby is acked then.
+	BeforeCut func(ctx context.Context) (afterCut func())
 	link      *PGProxy
 	addrs     []*PGProxy
 
@@ -243,8 +248,13 @@ func (t *Topology) Failover(ctx context.Context) (FailoverRecord, error) {
 		}
 	}
 	rec.FlushLag = r.FlushLag
+	afterCut := func() {}
+	if t.BeforeCut != nil {
+		afterCut = t.BeforeCut(ctx)
+	}
 	t.link.Retarget(unreachable)
 	cut := time.Now()
+	afterCut()
 	wait.Sleep(ctx, t.Partition)
 	written, err := old.CurrentLSN(ctx)
 	if err != nil {

@@ -334,6 +334,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	wg.Go(func() { res.RandomKills = killLoop(loadCtx, sup, killable, rng, cmpDur(opt.KillEvery, 2*time.Second)) })
 	wg.Go(func() { res.NATSNodeKills = natsLoop(loadCtx, cluster, opt.Duration, opt.Seed, logf) })
 	if pgs.replicated() {
+		pgs.Topology.BeforeCut = func(ctx context.Context) func() {
+			return pauseConsumers(ctx, sup, 2*time.Second)
+		}
 		wg.Go(func() { res.Failovers = failoverLoop(loadCtx, pgs.Topology, opt.Duration, logf) })
 	} else {
 		wg.Go(func() { res.PGRestarts = pgLoop(loadCtx, pgs.Primary(), opt.Duration, logf) })
@@ -657,4 +660,20 @@ func runDrift(ctx context.Context, oncekit, url string, out io.Writer) int {
 		return -1
 	}
 	return 0
+}
+
+// pauseConsumers stops the consumers for d and returns the function that
+// resumes them: the events published meanwhile wait for them, and meet
+// them all at once when they resume.
+func pauseConsumers(ctx context.Context, sup *Supervisor, d time.Duration) func() {
+	roles := []string{"consume-1", "consume-2"}
+	for _, r := range roles {
+		_ = sup.Pause(r) // not running: restarting, and it runs with the rest
+	}
+	wait.Sleep(ctx, d)
+	return func() {
+		for _, r := range roles {
+			_ = sup.Resume(r)
+		}
+	}
 }

@@ -230,6 +230,29 @@ func (s *Supervisor) Kill(name string) error {
 	return p.kill()
 }
 
+// Pause stops the named role's process (SIGSTOP) until Resume: it holds
+// its connections and does nothing, as a process stalled by a long pause
+// of its runtime or its host would. A process restarted meanwhile runs.
+func (s *Supervisor) Pause(name string) error { return s.signal(name, syscall.SIGSTOP) }
+
+// Resume continues a process Pause stopped (SIGCONT).
+func (s *Supervisor) Resume(name string) error { return s.signal(name, syscall.SIGCONT) }
+
+func (s *Supervisor) signal(name string, sig syscall.Signal) error {
+	s.mu.Lock()
+	ro := s.roles[name]
+	if ro == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownRole, name)
+	}
+	p := ro.proc
+	s.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("%w: %q", ErrNotRunning, name)
+	}
+	return p.signal(sig)
+}
+
 // KillRandom kills one running process chosen with rng (roles taken in name
 // order, so a seeded rng repeats its choices) and returns its role's name,
 // or "" when none is running.
