@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -20,20 +19,15 @@ import (
 // record with the payment, would tell the client that a request succeeded
 // whose effects are gone.
 func TestReplayWaitsForTheSynchronousStandby(t *testing.T) {
-	testenv.RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
 	ctx := context.Background()
-	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\nsynchronous_standby_names = '*'\n"})
-	standby, err := pg.Standby(ctx)
+	pair := testenv.NewSyncPair(t)
+	db := pair.DB
+	_, err := db.Pool.Exec(ctx, paymentsDDL)
 	require.NoError(t, err)
-	t.Cleanup(standby.Close)
-	db := testenv.NewDBOn(t, pg.URL("postgres"))
-	_, err = db.Pool.Exec(ctx, paymentsDDL)
-	require.NoError(t, err)
-	t.Cleanup(func() { testenv.Unsync(t, pg.URL("postgres")) }) // first: let the cleanup's own commits through
 	for name, mode := range map[string]idempotency.Mode{"same-tx": idempotency.SameTx, "separate": idempotency.Separate} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarnessOn(t, db, idempotency.Route{Operation: "pay-" + name, Mode: mode}, nil)
-			require.NoError(t, standby.StopImmediate())
+			pair.StopStandby(t)
 			key := "key-" + name
 
 			// The first request's commits wait for the standby; each wait
@@ -63,7 +57,7 @@ func TestReplayWaitsForTheSynchronousStandby(t *testing.T) {
 				t.Fatalf("replayed %d before the standby had the record", r.status)
 			default:
 			}
-			require.NoError(t, standby.Start(ctx))
+			pair.StartStandby(t)
 			select {
 			case r := <-retry:
 				require.Equal(t, http.StatusCreated, r.status)

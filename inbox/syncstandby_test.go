@@ -10,7 +10,6 @@ import (
 
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -20,21 +19,16 @@ import (
 // once the standby has the claim: acked before, and the failover erasing
 // the claim, nothing would redeliver it.
 func TestDuplicateIsAckedOnlyOnceTheSynchronousStandbyHasItsClaim(t *testing.T) {
-	testenv.RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
 	ctx := context.Background()
-	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\nsynchronous_standby_names = '*'\n"})
-	standby, err := pg.Standby(ctx)
-	require.NoError(t, err)
-	t.Cleanup(standby.Close)
-	b := setupOn(t, natsjs.StreamConfig{}, testenv.NewDBOn(t, pg.URL("postgres")))
+	pair := testenv.NewSyncPair(t)
+	b := setupOn(t, natsjs.StreamConfig{}, pair.DB)
 	// The consumer runs (its start-up writes done) before the standby
 	// stops: it applies a first message.
 	c := b.start(b.source("d", time.Minute), inbox.HandlerFunc(insertEffect), b.config("c"))
-	t.Cleanup(func() { testenv.Unsync(t, pg.URL("postgres")) }) // first: let the cleanup's own commits through
 	b.publish(b.msg("", 0))
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Processed == 1 })
 
-	require.NoError(t, standby.StopImmediate())
+	pair.StopStandby(t)
 	m := b.msg("", 1)
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -57,7 +51,7 @@ func TestDuplicateIsAckedOnlyOnceTheSynchronousStandbyHasItsClaim(t *testing.T) 
 	}
 	require.Equal(t, 1, pending(), "acked a duplicate whose claim the standby does not have")
 
-	require.NoError(t, standby.Start(ctx))
+	pair.StartStandby(t)
 	waitStats(t, c, func(s inbox.Stats) bool { return s.Duplicates == 1 })
 	require.Eventually(t, func() bool { return pending() == 0 }, 30*time.Second, 20*time.Millisecond)
 	require.Len(t, b.effects(), 1, "the handler ran for the first message only")

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
@@ -22,14 +21,9 @@ import (
 // relay publishes only what the standby has: it reads, waits in its
 // barrier's commit for the standby, and publishes after.
 func TestRelayPublishesOnlyWhatTheSynchronousStandbyHas(t *testing.T) {
-	testenv.RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
 	ctx := context.Background()
-	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\nsynchronous_standby_names = '*'\n"})
-	standby, err := pg.Standby(ctx)
-	require.NoError(t, err)
-	t.Cleanup(standby.Close)
-	b := setupDB(t, testenv.NewDBOn(t, pg.URL("postgres")))
-	t.Cleanup(func() { testenv.Unsync(t, pg.URL("postgres")) }) // first: let the cleanup's own commits through
+	pair := testenv.NewSyncPair(t)
+	b := setupDB(t, pair.DB)
 	pub, _ := publisher(t, b.nats.URL)
 
 	// The relay runs, its leases long enough to outlast the test: once the
@@ -52,7 +46,7 @@ func TestRelayPublishesOnlyWhatTheSynchronousStandbyHas(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	waitCount(t, b.stream, 1, 30*time.Second) // the relay holds its partitions
 
-	require.NoError(t, standby.StopImmediate())
+	pair.StopStandby(t)
 	tx, err = b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = b.ob.Enqueue(ctx, tx, broker.Message{ID: uuid.New(), Subject: b.subject + ".a", Key: "k", Payload: []byte("x")})
@@ -69,6 +63,6 @@ func TestRelayPublishesOnlyWhatTheSynchronousStandbyHas(t *testing.T) {
 	testenv.WaitSyncRep(t, b.db.Pool, func(_ int, query string) bool { return strings.EqualFold(query, "commit") }) // any connection: the pool hands the committing one out again
 	require.Equal(t, uint64(1), streamCount(t, b.stream), "published a row its synchronous standby does not have")
 
-	require.NoError(t, standby.Start(ctx))
+	pair.StartStandby(t)
 	waitCount(t, b.stream, 2, 30*time.Second)
 }

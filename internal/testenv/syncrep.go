@@ -3,13 +3,63 @@ package testenv
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/internal/pgcluster"
 )
+
+// SyncPair is a primary of the test's own whose commits wait for a
+// streaming standby (synchronous_standby_names = '*'), and a database on
+// the primary.
+type SyncPair struct {
+	Primary, Standby *pgcluster.Cluster
+	DB               *DB
+
+	stopped atomic.Bool
+}
+
+// NewSyncPair starts a primary and its synchronous standby for t, and
+// makes a database on the primary. The pooled leg skips t: the pair is not
+// behind its pooler.
+func NewSyncPair(t testing.TB) *SyncPair {
+	t.Helper()
+	RequireDirect(t, "runs on a primary and a standby of its own, which the pooled leg does not put behind its pooler")
+	ctx := context.Background()
+	pg := pgcluster.StartForTest(ctx, t, pgcluster.Options{Settings: "fsync = off\nmax_connections = 100\nsynchronous_standby_names = '*'\n"})
+	standby, err := pg.Standby(ctx)
+	require.NoError(t, err)
+	t.Cleanup(standby.Close)
+	return &SyncPair{Primary: pg, Standby: standby, DB: NewDBOn(t, pg.URL("postgres"))}
+}
+
+// StopStandby stops the standby (immediate shutdown): the primary's
+// commits wait until StartStandby. If t ends with the standby still down,
+// t's cleanup starts it first, so that the cleanups registered before,
+// which commit, pass.
+func (p *SyncPair) StopStandby(t testing.TB) {
+	t.Helper()
+	require.NoError(t, p.Standby.StopImmediate())
+	p.stopped.Store(true)
+	t.Cleanup(func() {
+		if p.stopped.Load() {
+			p.StartStandby(t)
+		}
+	})
+}
+
+// StartStandby starts the standby again; it catches up and the waiting
+// commits return.
+func (p *SyncPair) StartStandby(t testing.TB) {
+	t.Helper()
+	require.NoError(t, p.Standby.Start(context.Background()))
+	p.stopped.Store(false)
+}
 
 // WaitSyncRep waits until a backend that match accepts (by its PID and
 // its statement, trimmed) waits for the synchronous standby.
@@ -44,21 +94,4 @@ func CommitLocally(t testing.TB, pool *pgxpool.Pool, tx pgx.Tx, pid int) {
 	_, err := pool.Exec(context.Background(), `SELECT pg_cancel_backend($1)`, pid)
 	require.NoError(t, err)
 	require.NoError(t, <-committed, "a commit whose wait is cancelled commits on the primary")
-}
-
-// Unsync stops the server at url waiting for synchronous standbys, so that
-// a test's cleanup commits with its standby down.
-func Unsync(t testing.TB, url string) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Log(err)
-		return
-	}
-	defer conn.Close(ctx)
-	for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = ''`, `SELECT pg_reload_conf()`} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Log(err)
-		}
-	}
 }
