@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -241,6 +242,9 @@ func checkURL(u string) error {
 		if c := u[i]; c < 0x20 || c == 0x7f {
 			return fmt.Errorf("a control character (0x%02x) at byte %d: a connection string holds none (percent-encode it where it belongs to a value)", c, i)
 		}
+	}
+	if !utf8.ValidString(u) {
+		return errors.New("not valid UTF-8: percent-encode the bytes of a name or password that are not text")
 	}
 	rest, ok := strings.CutPrefix(u, "postgres://")
 	if !ok {

@@ -102,7 +102,7 @@ func TestStandbyIsRefusedWhereWritesAreNeeded(t *testing.T) {
 }
 
 // A URL carrying hostile bytes (NUL, control characters, invalid UTF-8, a
-// megabyte of it) as --database-url or --replication-url ends in a clear
+// megabyte of it) as --database-url, --replication-url or --standby-url ends in a clear
 // error and an exit, and no part of the password is printed.
 func TestHostileDatabaseURLs(t *testing.T) {
 	t.Parallel()
@@ -117,12 +117,17 @@ func TestHostileDatabaseURLs(t *testing.T) {
 		for _, args := range [][]string{
 			{"status", "--database-url", u},
 			{"relay", "--logical", "--database-url", "postgres://app@127.0.0.1:1/app", "--replication-url", u},
+			{"relay", "--logical", "--database-url", "postgres://app@127.0.0.1:1/app", "--standby-url", u},
+			{"status", "--database-url", "postgres://app@127.0.0.1:1/app", "--standby-url", u},
 		} {
 			code, out, stderr := cli(t, nil, args...)
 			require.NotEqual(t, 0, code, "%q", args[0])
 			require.NotEmpty(t, stderr)
 			require.NotContains(t, out+stderr, "S3cret")
 			require.Less(t, len(stderr), 4096, "the error does not echo the input back whole")
+			if args[len(args)-2] == "--standby-url" {
+				require.Contains(t, stderr, "--standby-url", "refused for the flag that carries it, before any connection")
+			}
 		}
 	}
 }

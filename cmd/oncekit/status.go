@@ -48,6 +48,10 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err := nonNegative(fs, "overdue", "recent"); err != nil {
 		return err
 	}
+	standby := standbyURL.resolve(e, "ONCEKIT_STANDBY_URL", "")
+	if err := checkURL(standby); standby != "" && err != nil {
+		return usagef("--standby-url: %v", err)
+	}
 	db.standbyOK = true
 	pool, err := db.openFor(ctx, migrations.Drift)
 	if err != nil {
@@ -63,11 +67,8 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if u := standbyURL.resolve(e, "ONCEKIT_STANDBY_URL", ""); u != "" && rep.Outbox.Slot != nil {
-		if err := checkURL(u); err != nil {
-			return usagef("--standby-url: %v", err)
-		}
-		if err := addStandbyCopy(ctx, &rep, db.schema(), *slot, u); err != nil {
+	if standby != "" && rep.Outbox.Slot != nil {
+		if err := addStandbyCopy(ctx, &rep, db.schema(), *slot, standby); err != nil {
 			return err
 		}
 	}
