@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -96,59 +97,41 @@ func (s *session) publish(ctx context.Context) error {
 		return err
 	}
 	msgs := make([]broker.Message, len(send))
-	prev := make([]int, len(send))
-	last := make(map[string]int, len(send))
 	for j, i := range send {
-		msgs[j], prev[j] = s.pending[i].msg, -1
-		if k := msgs[j].Key; k != "" {
-			if p, ok := last[k]; ok {
-				prev[j] = p
-			}
-			last[k] = j
-		}
+		msgs[j] = s.pending[i].msg
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-	var results []broker.Result
-	if cp, ok := r.pub.(broker.ChainPublisher); ok {
-		results = cp.PublishChain(pctx, msgs, prev)
-	} else {
-		results = publishInWaves(pctx, r.pub, msgs, prev)
-	}
-	cancel()
+	kp := keyedPublisher{pub: r.pub, timeout: func() time.Duration { return r.cfg.PublishTimeout }}
+	res := kp.publish(ctx, msgs)
 	crashpoint.Hit("logical.after-publish")
-	var acked int
-	var failed []int
-	skipped := make([]bool, len(results))
-	for j, res := range results {
-		i := send[j]
-		switch {
-		case res.Err == nil:
+	nacked := 0
+	var refused []int        // indexes into pending
+	errs := map[int]string{} // of refused, by index into pending
+	for j, o := range res.outcome {
+		switch i := send[j]; o {
+		case acked:
 			s.pending[i].done = true
-			acked++
-		case prev[j] >= 0 && (skipped[prev[j]] || results[prev[j]].Err != nil):
-			skipped[j] = true // not sent: behind its key's failure
-		default:
-			failed = append(failed, i)
+			nacked++
+		case failed:
+			refused = append(refused, i)
+			errs[i] = untrusted.Text(res.errs[j].Error(), maxErrBytes)
 		}
 	}
 	// A failure counts as the message's attempt only while the broker is
 	// reachable: an outage parks nothing.
-	if down := acked == 0 && r.tbl.brokerDown(); !down {
-		for _, i := range failed {
+	if !res.down {
+		for _, i := range refused {
 			s.pending[i].attempts++
 		}
 	}
-	r.m.published.Add(float64(acked))
-	if len(failed) > 0 {
-		r.m.failures.Add(float64(len(failed)))
+	r.m.published.Add(float64(nacked))
+	if len(refused) > 0 {
+		r.m.failures.Add(float64(len(refused)))
 		// A message that keeps failing while the broker takes others is
 		// parked, its key's later messages behind it in the table.
 		var park []int
-		errs := map[int]string{}
-		for _, i := range failed {
+		for _, i := range refused {
 			if s.pending[i].attempts >= r.cfg.MaxAttempts {
 				park = append(park, i)
-				errs[i] = untrusted.Text(results[indexOf(send, i)].Err.Error(), maxErrBytes)
 			}
 		}
 		if err := s.toTable(ctx, park, errs); err != nil {
@@ -156,61 +139,18 @@ func (s *session) publish(ctx context.Context) error {
 		}
 	}
 	s.settle()
-	if len(failed) == 0 {
+	if len(refused) == 0 {
 		s.failures = 0
 		return nil
 	}
 	s.failures++
 	pause := backoff.Policy{Min: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff}.Delay(s.failures)
-	r.log.Warn("publish failed; trying again", "failed", len(failed), "acknowledged", acked, "wait", pause,
-		"err", untrusted.Text(results[indexOf(send, failed[0])].Err.Error(), maxErrBytes))
+	r.log.Warn("publish failed; trying again", "failed", len(refused), "acknowledged", nacked, "wait", pause,
+		"err", errs[refused[0]])
 	s.flushed.Store(uint64(s.flushable)) // reported during the pause
 	wait.Sleep(ctx, pause)
 	return nil
 }
-
-func indexOf(xs []int, x int) int {
-	for j, v := range xs {
-		if v == x {
-			return j
-		}
-	}
-	return -1
-}
-
-// publishInWaves publishes with a publisher that cannot chain: rounds of at
-// most one message per key, a key's next sent in the next round, never
-// after its key failed.
-func publishInWaves(ctx context.Context, pub broker.Publisher, msgs []broker.Message, prev []int) []broker.Result {
-	results := make([]broker.Result, len(msgs))
-	sent := make([]bool, len(msgs))
-	for {
-		var wave []int
-		for j := range msgs {
-			if sent[j] || prev[j] >= 0 && !(sent[prev[j]] && results[prev[j]].Err == nil) {
-				continue
-			}
-			wave = append(wave, j)
-		}
-		if len(wave) == 0 {
-			for j := range msgs {
-				if !sent[j] {
-					results[j] = broker.Result{ID: msgs[j].ID, Err: errNotSent}
-				}
-			}
-			return results
-		}
-		batch := make([]broker.Message, len(wave))
-		for k, j := range wave {
-			batch[k] = msgs[j]
-		}
-		for k, res := range pub.Publish(ctx, batch) {
-			results[wave[k]], sent[wave[k]] = res, true
-		}
-	}
-}
-
-var errNotSent = fmt.Errorf("outbox: not sent: an earlier message of its key failed")
 
 // settle drops the settled events from the head of pending, up to the end
 // of the last transaction whose every event is settled: the position that

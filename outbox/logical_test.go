@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/internal/crashpoint"
 	"github.com/oncekit/oncekit/internal/pgcluster"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -119,12 +120,24 @@ func currentLSN(t *testing.T, b *bundle) pglogrepl.LSN {
 
 // Messages enqueued into the WAL reach the stream once each, each key's in
 // order, from writers committing concurrently while the relay streams; the
-// outbox table holds nothing, before or after.
+// outbox table holds nothing, before or after. With a publisher that
+// cannot chain, in waves.
 func TestLogicalRelayPublishesEachKeyInOrder(t *testing.T) {
 	t.Parallel()
+	t.Run("chained", func(t *testing.T) {
+		t.Parallel()
+		testLogicalKeyOrder(t, func(p *natsjs.Publisher) broker.Publisher { return p })
+	})
+	t.Run("waves", func(t *testing.T) {
+		t.Parallel()
+		testLogicalKeyOrder(t, func(p *natsjs.Publisher) broker.Publisher { return plainPublisher{p} })
+	})
+}
+
+func testLogicalKeyOrder(t *testing.T, wrap func(*natsjs.Publisher) broker.Publisher) {
 	b := logicalSetup(t)
 	pub, _ := publisher(t, b.nats.URL)
-	b.startLogicalRelay(t, pub, outbox.LogicalRelayConfig{})
+	b.startLogicalRelay(t, wrap(pub), outbox.LogicalRelayConfig{})
 	const writers, perWriter, keysPerWriter = 4, 150, 5
 	var mu sync.Mutex
 	var want []broker.Message
@@ -225,12 +238,24 @@ func TestLogicalRelayStandbyTakesOver(t *testing.T) {
 
 // A message the broker refuses (its subject is in no stream) while it takes
 // the others is parked in the outbox table after MaxAttempts, its key's
-// later messages behind it there, and everything else goes on.
+// later messages behind it there, and everything else goes on. With a
+// publisher that cannot chain, in waves.
 func TestLogicalRelayParksARefusedMessage(t *testing.T) {
 	t.Parallel()
+	t.Run("chained", func(t *testing.T) {
+		t.Parallel()
+		testLogicalParks(t, func(p *natsjs.Publisher) broker.Publisher { return p })
+	})
+	t.Run("waves", func(t *testing.T) {
+		t.Parallel()
+		testLogicalParks(t, func(p *natsjs.Publisher) broker.Publisher { return plainPublisher{p} })
+	})
+}
+
+func testLogicalParks(t *testing.T, wrap func(*natsjs.Publisher) broker.Publisher) {
 	b := logicalSetup(t)
 	pub, _ := publisher(t, b.nats.URL)
-	_, reg := b.startLogicalRelay(t, pub, outbox.LogicalRelayConfig{MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	_, reg := b.startLogicalRelay(t, wrap(pub), outbox.LogicalRelayConfig{MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	bad := b.msg("stuck", 0)
 	bad.Subject = "nowhere." + b.name
 	behind := b.msg("stuck", 1)

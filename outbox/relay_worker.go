@@ -121,15 +121,6 @@ type outboxRow struct {
 	keyHeld  bool // a main row whose key has held rows
 }
 
-// outcome is what became of one row of a batch.
-type outcome uint8
-
-const (
-	notSent outcome = iota // not attempted: its key is blocked, or the lease ran short
-	acked                  // the broker acknowledged it
-	failed                 // the broker refused it: an attempt is counted
-)
-
 // batch is one fetched batch and what became of each row.
 type batch struct {
 	rows    []outboxRow
@@ -138,9 +129,8 @@ type batch struct {
 	errs    []error // of failed rows
 	lost    bool    // the lease ran short while publishing
 	down    bool    // nothing acknowledged, failures, broker unreachable: record nothing
+	waves   int     // publish calls made
 }
-
-func (b *batch) set(i int, o outcome, err error) { b.outcome[i], b.errs[i] = o, err }
 
 // processBatch reads, publishes and settles one batch of w's partition. full
 // reports a batch of BatchSize rows (more may be waiting).
@@ -157,20 +147,14 @@ func (r *Relay) processBatch(ctx context.Context, w *worker) (full bool, err err
 	full = len(rows) == r.cfg.BatchSize
 	r.m.batch.Observe(float64(len(rows)))
 
-	b := &batch{rows: rows, send: choose(rows), outcome: make([]outcome, len(rows)), errs: make([]error, len(rows))}
-	nwaves := 1
-	if cp, ok := r.pub.(broker.ChainPublisher); ok {
-		r.publishChained(ctx, w, cp, b)
-	} else {
-		nwaves = r.publishWaves(ctx, w, b)
-	}
+	b := r.publish(ctx, w, rows, choose(rows))
 	if b.down {
 		return false, errBrokerDown
 	}
 	crashpoint.Hit("relay.after-publish")
 	t2 := time.Now()
 	defer func() {
-		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "sent", len(b.send), "waves", nwaves,
+		r.log.Debug("batch", "partition", w.part, "rows", len(rows), "sent", len(b.send), "waves", b.waves,
 			"fetch", t1.Sub(t0), "publish", t2.Sub(t1), "settle", time.Since(t2))
 	}()
 
@@ -237,119 +221,32 @@ func choose(rows []outboxRow) []int {
 	return send
 }
 
-// publishCtx bounds a publish by PublishTimeout and by the lease: nothing is
-// sent once this relay may no longer hold the partition.
-func (r *Relay) publishCtx(ctx context.Context, w *worker) (context.Context, context.CancelFunc) {
-	left := time.Duration(w.validUntil.Load()) - r.since()
-	return context.WithTimeout(ctx, max(min(r.cfg.PublishTimeout, left), 0))
-}
-
-// publishChained publishes the batch in one round, each key's rows chained.
-func (r *Relay) publishChained(ctx context.Context, w *worker, cp broker.ChainPublisher, b *batch) {
-	msgs := make([]broker.Message, len(b.send))
-	prev := make([]int, len(b.send))
-	last := make(map[string]int, len(b.send))
-	for j, i := range b.send {
-		msgs[j] = b.rows[i].msg
-		prev[j] = -1
-		if k := msgs[j].Key; k != "" {
-			if p, ok := last[k]; ok {
-				prev[j] = p
-			}
-			last[k] = j
-		}
+// publish sends the rows of send (indexes into rows, in order) through
+// the keyed publishing stage, bounded by PublishTimeout and by the lease:
+// nothing is sent once this relay may no longer hold the partition.
+func (r *Relay) publish(ctx context.Context, w *worker, rows []outboxRow, send []int) *batch {
+	msgs := make([]broker.Message, len(send))
+	for j, i := range send {
+		msgs[j] = rows[i].msg
 	}
-	pctx, cancel := r.publishCtx(ctx, w)
-	results := cp.PublishChain(pctx, msgs, prev)
-	cancel()
-	b.lost = !r.leaseValid(w)
-	skipped := make([]bool, len(results))
-	for j, res := range results {
-		i := b.send[j]
-		switch {
-		case res.Err == nil:
-			b.set(i, acked, nil)
-		case prev[j] >= 0 && (skipped[prev[j]] || results[prev[j]].Err != nil):
-			skipped[j] = true // not attempted: blocked behind its key's failure
-		case b.lost:
-			skipped[j] = true // cut short by the lease: not the message's fault
-		default:
-			b.set(i, failed, res.Err)
-		}
+	kp := keyedPublisher{
+		pub: r.pub,
+		timeout: func() time.Duration {
+			return max(min(r.cfg.PublishTimeout, time.Duration(w.validUntil.Load())-r.since()), 0)
+		},
+		live: func() bool { return r.leaseValid(w) },
 	}
-	b.down = r.brokerWasDown(b)
-}
-
-// publishWaves is the fallback for publishers without PublishChain: rounds
-// holding at most one row per key, a key's next row sent in the next round.
-func (r *Relay) publishWaves(ctx context.Context, w *worker, b *batch) (nwaves int) {
-	blocked := map[string]bool{}
-	for _, wave := range waves(b.rows, b.send) {
-		round := make([]int, 0, len(wave))
-		for _, i := range wave {
-			if k := b.rows[i].msg.Key; k == "" || !blocked[k] {
-				round = append(round, i)
-			}
-		}
-		if len(round) == 0 {
-			continue
-		}
-		if !r.leaseValid(w) {
-			b.lost = true // publish nothing more; settle what was acked
-			break
-		}
-		nwaves++
-		msgs := make([]broker.Message, len(round))
-		for j, i := range round {
-			msgs[j] = b.rows[i].msg
-		}
-		pctx, cancel := r.publishCtx(ctx, w)
-		results := r.pub.Publish(pctx, msgs)
-		cancel()
-		okInRound := 0
-		for j, res := range results {
-			i := round[j]
-			if res.Err == nil {
-				b.set(i, acked, nil)
-				okInRound++
-				continue
-			}
-			b.set(i, failed, res.Err)
-			if k := b.rows[i].msg.Key; k != "" {
-				blocked[k] = true // the rest of this key waits for the retry
-			}
-		}
-		if okInRound == 0 && r.brokerWasDown(b) {
-			b.down = true
-			break
-		}
+	res := kp.publish(ctx, msgs)
+	b := &batch{rows: rows, send: send, outcome: make([]outcome, len(rows)), errs: make([]error, len(rows)),
+		lost: res.cut, down: res.down, waves: res.waves}
+	for j, i := range send {
+		b.outcome[i], b.errs[i] = res.outcome[j], res.errs[j]
 	}
-	return nwaves
-}
-
-// brokerWasDown reports a batch in which nothing was acknowledged and
-// something failed while the broker is unreachable: the failures are the
-// broker's, and nothing of the batch is recorded.
-func (r *Relay) brokerWasDown(b *batch) bool {
-	nfailed := 0
-	for _, o := range b.outcome {
-		switch o {
-		case acked:
-			return false
-		case failed:
-			nfailed++
-		}
-	}
-	return nfailed > 0 && r.brokerDown()
+	return b
 }
 
 func (r *Relay) leaseValid(w *worker) bool {
 	return int64(r.since()) < w.validUntil.Load()
-}
-
-func (r *Relay) brokerDown() bool {
-	cp, ok := r.pub.(broker.ConnectedPublisher)
-	return ok && !cp.Connected()
 }
 
 // fetch reads a batch of w's partition; anyHeld reports held rows in the
@@ -412,25 +309,4 @@ func (r *Relay) fetchFrom(ctx context.Context, q oncekit.Querier, w *worker) (ou
 		return nil, false, fmt.Errorf("outbox: fetch: %w", err)
 	}
 	return out, anyHeld, nil
-}
-
-// waves splits the rows to send (indexes into rows, in commit order) into
-// publish rounds holding at most one row per ordering key, so that a key's
-// next message is sent only after the previous one was acknowledged. Rows
-// without a key all go in the first round.
-func waves(rows []outboxRow, send []int) [][]int {
-	var out [][]int
-	depth := map[string]int{}
-	for _, i := range send {
-		k, d := rows[i].msg.Key, 0
-		if k != "" {
-			d = depth[k]
-			depth[k] = d + 1
-		}
-		if d == len(out) {
-			out = append(out, nil)
-		}
-		out[d] = append(out[d], i)
-	}
-	return out
 }
