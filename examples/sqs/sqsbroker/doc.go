@@ -4,9 +4,10 @@
 //
 // It is written on the SDK directly because watermill-aws (the watermill
 // adapter the brokers table names for SQS) is not served by the module
-// proxy this project builds with. It compiles and passes go vet in CI; it
-// has not been run against a real SQS (there is none on the development
-// or CI machines), and broker/brokertest has not been run against it.
+// proxy this project builds with. Its tests run broker/brokertest on a
+// standard and a FIFO queue of fauxqs, an SQS emulator speaking the SDK's
+// JSON protocol (installed by scripts/install-fauxqs.sh), not on Amazon's
+// SQS.
 //
 // # What dedup rests on
 //
