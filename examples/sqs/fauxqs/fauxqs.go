@@ -97,10 +97,11 @@ func install() (string, error) {
 	}
 }
 
-// Start starts a fauxqs of its own for tb, stopped when tb ends.
-func Start(tb testing.TB) *Server {
+// Start starts a fauxqs of its own for tb on port of 127.0.0.1 (0: a free
+// one), stopped when tb ends.
+func Start(tb testing.TB, port int) *Server {
 	tb.Helper()
-	s, err := start(Install(tb))
+	s, err := start(Install(tb), port)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -108,9 +109,9 @@ func Start(tb testing.TB) *Server {
 	return s
 }
 
-func start(dir string) (*Server, error) {
+func start(dir string, port int) (*Server, error) {
 	cmd := exec.Command(filepath.Join(dir, "node_modules", ".bin", "node"), "--no-warnings", filepath.Join(dir, "serve.mjs"))
-	cmd.Env = append(os.Environ(), "FAUXQS_PORT=0")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("FAUXQS_PORT=%d", port))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -162,7 +163,7 @@ func Shared(tb testing.TB) *Server {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if shared == nil {
-		s, err := start(dir)
+		s, err := start(dir, 0)
 		if err != nil {
 			tb.Fatal(err)
 		}

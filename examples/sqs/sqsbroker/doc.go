@@ -42,4 +42,25 @@
 //   - Ack deletes the message; Nak(delay) sets its visibility timeout to the
 //     delay (at most 12 hours); InProgress extends it by the source's
 //     AckWait. The delivery count is SQS's ApproximateReceiveCount.
+//
+// # Bad input
+//
+//   - A queue that does not exist: Source.Limits returns ErrQueueMissing,
+//     so inbox.Consumer.Run refuses to start; a message published to one
+//     fails on its own with ErrQueueMissing, and the relay parks it after
+//     MaxAttempts (unpark it once the queue exists).
+//   - A message larger than PublisherConfig.MaxMessageSize (256 KiB unless
+//     set; keep it at the queue's MaximumMessageSize) fails on its own with
+//     ErrTooLarge before any call, and is parked the same way; the others
+//     go in calls of at most that size in all, as SQS requires of a batch.
+//   - SQS unreachable: Publisher is a broker.ConnectedPublisher, so the
+//     relay counts an outage against the broker and parks nothing;
+//     Source.Limits fails, so a consumer started then returns the error
+//     from Run (its supervisor restarts it).
+//   - A handler running past the visibility timeout: the consumer keeps
+//     the message hidden with InProgress, and it is delivered once.
+//   - A queue whose redrive policy moves a message to a dead-letter queue
+//     after maxReceiveCount receives: Limits reports it as MaxDeliver, so
+//     the consumer refuses a MaxAttempts that would let SQS move a message
+//     before the inbox dead-letters it.
 package sqsbroker
