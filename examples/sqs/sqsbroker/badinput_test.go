@@ -2,6 +2,7 @@ package sqsbroker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -369,4 +370,61 @@ func TestVisibilityExpiresMidHandler(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "0", out.Attributes["ApproximateNumberOfMessages"])
 	require.Equal(t, "0", out.Attributes["ApproximateNumberOfMessagesNotVisible"], "deleted once applied")
+}
+
+// A queue whose redrive policy moves a message to its dead-letter queue
+// after 5 receives: Limits reports MaxDeliver 5, and a consumer whose
+// MaxAttempts (25 by default) would let SQS move a message before the
+// inbox dead-letters it refuses to start. A source configured FIFO on a
+// standard queue is refused too.
+func TestRedrivePolicyBoundsMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := fauxqs.Shared(t).Client()
+	dlq := fauxqs.NewQueue(t, client, false, nil)
+	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(dlq), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	require.NoError(t, err)
+	policy := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"5"}`, attrs.Attributes["QueueArn"])
+	queue := fauxqs.NewQueue(t, client, false, map[string]string{"RedrivePolicy": policy})
+
+	src, err := sqsbroker.NewSource(client, sqsbroker.SourceConfig{QueueURL: queue, Subject: "orders"})
+	require.NoError(t, err)
+	l, err := src.Limits(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, l.MaxDeliver)
+
+	db := oncekittest.NewDB(t)
+	c, err := inbox.NewConsumer(db.Pool, src, inbox.HandlerFunc(func(context.Context, pgx.Tx, *inbox.Message) error { return nil }),
+		&inbox.Config{Name: "billing", Schema: db.Schema})
+	require.NoError(t, err)
+	err = c.Run(ctx)
+	require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+	t.Logf("MaxAttempts 25 on maxReceiveCount 5: %v", err)
+
+	fifo, err := sqsbroker.NewSource(client, sqsbroker.SourceConfig{QueueURL: queue, Subject: "orders", FIFO: true})
+	require.NoError(t, err)
+	_, err = fifo.Limits(ctx)
+	require.ErrorIs(t, err, sqsbroker.ErrInvalidConfig)
+	// Below it, a message its handler always refuses is dead-lettered by
+	// the inbox at attempt 3 and deleted: SQS's dead-letter queue stays
+	// empty, and nothing is delivered again.
+	pub, err := sqsbroker.NewPublisher(client, sqsbroker.PublisherConfig{QueueURL: func(string) string { return queue }})
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish(ctx, []broker.Message{message("orders", "k1", []byte("poison"))})[0].Err)
+	src, err = sqsbroker.NewSource(client, sqsbroker.SourceConfig{QueueURL: queue, Subject: "orders", WaitTime: time.Second})
+	require.NoError(t, err)
+	defer src.Close()
+	refuse := inbox.HandlerFunc(func(context.Context, pgx.Tx, *inbox.Message) error { return errors.New("poison") })
+	c, err = inbox.NewConsumer(db.Pool, src, refuse, &inbox.Config{Name: "billing", Schema: db.Schema, MaxAttempts: 3, MinBackoff: 100 * time.Millisecond})
+	require.NoError(t, err)
+	stats := oncekittest.DrainConsumer(ctx, t, c, 1)
+	require.EqualValues(t, 1, stats.DeadLettered)
+	for _, q := range []string{queue, dlq} {
+		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q), AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+		require.NoError(t, err)
+		for k, v := range out.Attributes {
+			require.Equal(t, "0", v, "%s of %s", k, q)
+		}
+	}
 }
