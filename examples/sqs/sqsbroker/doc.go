@@ -27,8 +27,10 @@
 //
 // A standard queue keeps no order. A FIFO queue keeps the order of one
 // message group: the Publisher sets MessageGroupId to the ordering key
-// (Oncekit-Key), so a key's messages are delivered in order; use the
-// inbox's ordered mode only with FIFO queues.
+// (Oncekit-Key), so a key's messages are delivered in order. One receive
+// may carry several messages of a group: apply them on one lane
+// (inbox.Config.Concurrency 1, as the example's command does on a FIFO
+// queue); the inbox's Ordered mode needs a log SQS does not have.
 //
 // # Mapping
 //
