@@ -15,8 +15,20 @@ SRC=$(cd "$(dirname "$0")/fauxqs" && pwd)
 DIR=${ONCEKIT_FAUXQS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/oncekit/fauxqs}
 STAMP=$(cat "$SRC/package.json" "$SRC/package-lock.json" "$SRC/serve.mjs" | sha256sum | cut -d' ' -f1)
 
-if [[ -x $DIR/node_modules/.bin/node && -f $DIR/node_modules/fauxqs/package.json &&
-  $(cat "$DIR/STAMP" 2>/dev/null) == "$STAMP" ]]; then
+installed() {
+  [[ -x $DIR/node_modules/.bin/node && -f $DIR/node_modules/fauxqs/package.json &&
+    $(cat "$DIR/STAMP" 2>/dev/null) == "$STAMP" ]]
+}
+if installed; then
+  echo "$DIR"
+  exit 0
+fi
+# Test processes of several packages may call this at once: one installs,
+# the others wait for it.
+mkdir -p "$(dirname "$DIR")"
+exec 9>"$DIR.lock"
+flock 9
+if installed; then
   echo "$DIR"
   exit 0
 fi
