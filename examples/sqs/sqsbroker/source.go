@@ -75,13 +75,41 @@ func NewSource(api API, cfg SourceConfig) (*Source, error) {
 // Messages in hand become visible again after their visibility timeout.
 func (s *Source) Close() { s.once.Do(func() { close(s.done) }) }
 
-// Limits reports the visibility timeout as the ack wait, and SQS's FIFO
-// deduplication window when the queue is FIFO. SQS's own delivery limit (a
-// redrive policy's maxReceiveCount) is not read.
-func (s *Source) Limits(context.Context) (broker.SourceLimits, error) {
+// Limits reads the queue's attributes: it returns ErrQueueMissing for a
+// queue that does not exist, and ErrInvalidConfig when the queue is FIFO
+// and the config says otherwise (or the reverse). It reports the
+// visibility timeout asked for as the ack wait, SQS's 5-minute
+// deduplication window on a FIFO queue, and a redrive policy's
+// maxReceiveCount as MaxDeliver: SQS moves a message to the policy's
+// dead-letter queue at that receive, so the inbox's MaxAttempts must stay
+// below it for the inbox to dead-letter first.
+func (s *Source) Limits(ctx context.Context) (broker.SourceLimits, error) {
+	out, err := s.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(s.cfg.QueueURL),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameRedrivePolicy},
+	})
+	if err != nil {
+		return broker.SourceLimits{}, fmt.Errorf("sqsbroker: queue attributes: %w", classify(err, s.cfg.QueueURL))
+	}
+	if fifo := out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"; fifo != s.cfg.FIFO {
+		return broker.SourceLimits{}, fmt.Errorf("%w: SourceConfig.FIFO is %v, the queue's FifoQueue %v", ErrInvalidConfig, s.cfg.FIFO, fifo)
+	}
 	l := broker.SourceLimits{AckWait: s.cfg.AckWait}
 	if s.cfg.FIFO {
 		l.Duplicates = 5 * time.Minute
+	}
+	if p := out.Attributes[string(types.QueueAttributeNameRedrivePolicy)]; p != "" {
+		var rp struct {
+			MaxReceiveCount json.Number `json:"maxReceiveCount"`
+		}
+		if err := json.Unmarshal([]byte(p), &rp); err != nil {
+			return broker.SourceLimits{}, fmt.Errorf("sqsbroker: the queue's RedrivePolicy: %w", err)
+		}
+		n, err := rp.MaxReceiveCount.Int64()
+		if err != nil {
+			return broker.SourceLimits{}, fmt.Errorf("sqsbroker: the queue's RedrivePolicy maxReceiveCount: %w", err)
+		}
+		l.MaxDeliver = int(n)
 	}
 	return l, nil
 }
@@ -113,7 +141,7 @@ func (s *Source) Receive(ctx context.Context, n int) ([]broker.Delivery, error) 
 		default:
 		}
 		if err != nil {
-			return nil, err
+			return nil, classify(err, s.cfg.QueueURL)
 		}
 		if len(out.Messages) == 0 {
 			continue
