@@ -187,9 +187,12 @@ type Route struct {
 	// operator (Edge.Resolve). Separate mode only.
 	Reconcile func(w http.ResponseWriter, r *http.Request, u Unsettled) Verdict
 	// StatusPath is where the route's status resource (StatusHandler) is
-	// mounted, with "{key}" standing for the key, for instance
-	// "/idempotency/create-payment/{key}": an unknown answer links to it.
-	// Defaults to "": no link.
+	// mounted, with "{digest}" standing for the key's digest (StoredKey),
+	// never the key itself, for instance
+	// "/idempotency/create-payment/{digest}": an unknown answer links to it.
+	// A path with "{key}" is refused: it would put the raw key in every
+	// access log, gateway log and trace the link passes through. Defaults
+	// to "": no link.
 	StatusPath string
 	// ResponseVersion is the version of the shape of the route's responses,
 	// stored with each. Raise it when a deploy changes that shape. Defaults
@@ -310,8 +313,11 @@ func (r *Route) validate() error {
 	if r.Reconcile != nil && r.Mode != Separate {
 		return bad("Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")
 	}
-	if r.StatusPath != "" && strings.Count(r.StatusPath, "{key}") != 1 {
-		return bad("StatusPath", "%q must hold {key} once", r.StatusPath)
+	if strings.Contains(r.StatusPath, "{key}") {
+		return bad("StatusPath", "%q holds {key}: a raw key in a URL lands in access and gateway logs; address the record by its digest with {digest}", r.StatusPath)
+	}
+	if r.StatusPath != "" && strings.Count(r.StatusPath, "{digest}") != 1 {
+		return bad("StatusPath", "%q must hold {digest} once", r.StatusPath)
 	}
 	if r.Lease < 3*time.Millisecond {
 		return bad("Lease", "%v is below 3ms", r.Lease)
