@@ -177,6 +177,17 @@ type Route struct {
 	// (and replayed) or the key released so a retry executes. Defaults to
 	// DefaultStore.
 	Store func(status int) bool
+	// Rejections says, per problem code, whether a rejection the route
+	// stores (an answer of 400 or more that Store accepts, whose JSON body
+	// names the code in its "code" member, or "errorCode") is Binding,
+	// stored and replayed to every retry under the key, or Released: not
+	// stored, so that a retry with the same key and request runs again
+	// once the state the rejection depended on changed, as a rejection
+	// for insufficient funds may. Codes are 1 to MaxProblemCodeLen bytes
+	// of letters, digits and "_-.:"; an answer whose code is missing or
+	// malformed is Binding. Defaults to nil: every stored rejection is
+	// Binding.
+	Rejections map[string]Rejection
 	// Reconcile, when set, decides what became of a request whose outcome
 	// the edge cannot prove: a claim whose owner died (its lease ran out),
 	// or a record the handler left unknown (Unknown). The next request with
@@ -318,6 +329,9 @@ func (r *Route) validate() error {
 	}
 	if r.StatusPath != "" && strings.Count(r.StatusPath, "{digest}") != 1 {
 		return bad("StatusPath", "%q must hold {digest} once", r.StatusPath)
+	}
+	if err := validateRejections(r.Rejections); err != nil {
+		return bad("Rejections", "%w", err)
 	}
 	if r.Lease < 3*time.Millisecond {
 		return bad("Lease", "%v is below 3ms", r.Lease)

@@ -199,7 +199,7 @@ func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Req
 		rt.commitUnknown(bg, w, id, conn, tx, token, out.reason)
 		return
 	}
-	if panicked != nil || !rt.cfg.Store(rw.code()) {
+	if panicked != nil || rt.releases(rw) {
 		_ = tx.Rollback(bg)
 		// The claim went with the rollback: the key keeps the body it was
 		// used with, so that another is refused.

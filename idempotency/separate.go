@@ -165,7 +165,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	case out.unknown && panicked == nil:
 		rt.settleUnknown(bg, w, id, c.token, out.reason)
 		return
-	case panicked != nil || !rt.cfg.Store(rw.code()):
+	case panicked != nil || rt.releases(rw):
 		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.stored(), c.token,
 			micros(rt.cfg.TTL), rt.cfg.BusinessKey != nil); err != nil {
 			// The lease runs out and a retry recovers the claim.
