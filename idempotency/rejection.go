@@ -55,17 +55,22 @@ func validProblemCode(code string) bool {
 	return true
 }
 
-// problemCode returns the problem code of a handler's answer of status 400
-// or more: the "code" member (or, without one, "errorCode") of its JSON
-// body (application/problem+json, application/json or another +json
-// type), "" when there is none or it is not a valid code (too long, or
-// with anything but letters, digits and "_-.:"). A success's body is
-// never read.
+// problemCode returns the problem code of a handler's answer: see
+// problemCodeOf.
 func (r *recorder) problemCode() string {
-	if r.code() < 400 {
+	return problemCodeOf(r.code(), r.headers().Get("Content-Type"), r.body.Bytes())
+}
+
+// problemCodeOf returns the problem code of an answer of status 400 or
+// more: the "code" member (or, without one, "errorCode") of its JSON body
+// (application/problem+json, application/json or another +json type), ""
+// when there is none or it is not a valid code (too long, or with anything
+// but letters, digits and "_-.:"). A success's body is never read.
+func problemCodeOf(status int, contentType string, body []byte) string {
+	if status < 400 {
 		return ""
 	}
-	mt, _, err := mime.ParseMediaType(r.headers().Get("Content-Type"))
+	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 		return ""
 	}
@@ -73,7 +78,7 @@ func (r *recorder) problemCode() string {
 		Code      any `json:"code"`
 		ErrorCode any `json:"errorCode"`
 	}
-	if json.Unmarshal(r.body.Bytes(), &p) != nil {
+	if json.Unmarshal(body, &p) != nil {
 		return ""
 	}
 	c := p.Code
@@ -84,6 +89,18 @@ func (r *recorder) problemCode() string {
 		return s
 	}
 	return ""
+}
+
+// storableCode is rw's problem code as the record keeps it: NULL for none,
+// and for a handler that panicked.
+func storableCode(rw *recorder, panicked any) *string {
+	if panicked != nil || rw == nil {
+		return nil
+	}
+	if c := rw.problemCode(); c != "" {
+		return &c
+	}
+	return nil
 }
 
 // releases reports whether the route releases rw's answer instead of

@@ -27,11 +27,19 @@ type Status struct {
 	// Location is the stored response's Location header, when it had one
 	// (and Route.ReplayHeaders kept it): where the operation's resource is.
 	Location string `json:"location,omitempty"`
+	// Code is the problem code of the answer (a rejection's, stored or
+	// released; see Route.Rejections), kept with the record after its body
+	// expired and on a route that stores no body; "" for none.
+	Code string `json:"code,omitempty"`
+	// OperationID is the ID of the operation the key started (Info.ID),
+	// "" for a record claimed before it was kept.
+	OperationID string `json:"operation_id,omitempty"`
 }
 
 // statusSQL reads a live record for the status resource.
 const statusSQL = `
-SELECT state, created_at, completed_at, expires_at, status_code, response_headers
+SELECT state, created_at, completed_at, expires_at, status_code, response_headers,
+	coalesce(problem_code, ''), coalesce(operation_id::text, '')
 FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
 
@@ -128,7 +136,7 @@ func (e *Edge) readStatus(ctx context.Context, tenant, operation, stored string)
 	var status *int32
 	var headers []byte
 	err = e.db.QueryRow(ctx, e.sql.status, tenant, operation, stored).
-		Scan(&st.State, &st.CreatedAt, &st.CompletedAt, &st.ExpiresAt, &status, &headers)
+		Scan(&st.State, &st.CreatedAt, &st.CompletedAt, &st.ExpiresAt, &status, &headers, &st.Code, &st.OperationID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Status{}, false, nil
