@@ -36,6 +36,13 @@ type chainEdge struct {
 	ResolvedBy  string
 	StoredKey   string
 	Stuck       bool
+	// Tenant and Operation are the record's; Code and OperationID the
+	// answer's problem code and the operation's ID kept on it.
+	Tenant, Operation string
+	Code              string
+	OperationID       string
+	// How says how the record was found.
+	How string
 }
 
 // chainView is the chain page: one operation at every layer.
@@ -133,18 +140,52 @@ func (con *Console) readTrace(r *http.Request, tx pgx.Tx, trace string, v *chain
 // chainLimit the rows of each layer the chain shows.
 const traceLimit, chainLimit = 20, 100
 
+// readEdge reads ref's record into v.Edge, found as how says; no record
+// leaves v.Edge nil.
+func (con *Console) readEdge(r *http.Request, tx pgx.Tx, ref idempotency.Ref, how string, v *chainView) error {
+	rec, err := con.records.Get(r.Context(), tx, ref)
+	if errors.Is(err, idempotency.ErrRecordNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e := chainEdge{StoredKey: ref.StoredKey, Tenant: ref.Tenant, Operation: ref.Operation, How: how}
+	e.State, e.StatusCode, e.CreatedAt, e.CompletedAt, e.ExpiresAt = string(rec.State), rec.StatusCode, rec.CreatedAt, rec.CompletedAt, rec.ExpiresAt
+	e.Token, e.Recoveries, e.Reason, e.ResolvedBy = rec.Token, rec.Recoveries, rec.UnknownReason, rec.ResolvedBy
+	e.Code = rec.ProblemCode
+	if rec.OperationID != uuid.Nil {
+		e.OperationID = rec.OperationID.String()
+	}
+	e.Stuck = rec.State == idempotency.StateUnknown || rec.State == idempotency.StateInProgress
+	v.Edge = &e
+	return nil
+}
+
+// readEdgeByOperationID finds the record whose operation's ID (a
+// payment's ID: Info.ID) is the identifier given, when it is a UUID.
+func (con *Console) readEdgeByOperationID(r *http.Request, tx pgx.Tx, v *chainView) error {
+	id, err := uuid.Parse(v.Query)
+	if err != nil {
+		return nil
+	}
+	refs, err := con.records.ByOperationID(r.Context(), tx, id, 1)
+	if err != nil || len(refs) == 0 {
+		return err
+	}
+	return con.readEdge(r, tx, refs[0], "the operation's ID (Info.ID) kept on the record", v)
+}
+
 func (con *Console) readChain(r *http.Request, tx pgx.Tx, v *chainView) error {
 	ctx := r.Context()
 	if v.Operation != "" {
-		e := chainEdge{StoredKey: idempotency.StoredKey(v.Query)}
-		rec, err := con.records.Get(ctx, tx, idempotency.Ref{Tenant: v.Tenant, Operation: v.Operation, StoredKey: e.StoredKey})
-		switch {
-		case err == nil:
-			e.State, e.StatusCode, e.CreatedAt, e.CompletedAt, e.ExpiresAt = string(rec.State), rec.StatusCode, rec.CreatedAt, rec.CompletedAt, rec.ExpiresAt
-			e.Token, e.Recoveries, e.Reason, e.ResolvedBy = rec.Token, rec.Recoveries, rec.UnknownReason, rec.ResolvedBy
-			e.Stuck = rec.State == idempotency.StateUnknown || rec.State == idempotency.StateInProgress
-			v.Edge = &e
-		case !errors.Is(err, idempotency.ErrRecordNotFound):
+		ref := idempotency.Ref{Tenant: v.Tenant, Operation: v.Operation, StoredKey: idempotency.StoredKey(v.Query)}
+		if err := con.readEdge(r, tx, ref, "its Idempotency-Key, tenant and operation", v); err != nil {
+			return err
+		}
+	}
+	if v.Edge == nil {
+		if err := con.readEdgeByOperationID(r, tx, v); err != nil {
 			return err
 		}
 	}

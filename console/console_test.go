@@ -119,6 +119,15 @@ func TestChainFollowsAPaymentThroughEveryLayer(t *testing.T) {
 	require.Regexp(t, `id="chain-effects"[\s\S]*provider.capture[\s\S]*unknown`, p.body)
 	require.NotContains(t, p.body, consoletest.Secret)
 
+	// From the payment's ID alone: its key's record, by the operation's ID
+	// the record keeps, and every layer below the edge.
+	p = get(t, srv.URL+"/chain?q="+s.PaymentID.String())
+	require.Regexp(t, `id="chain-edge"[\s\S]*completed[\s\S]*Info.ID[\s\S]*201`, p.body)
+	require.Regexp(t, `id="chain-edge-operation-id"><code>`+s.PaymentID.String(), p.body)
+	require.Contains(t, p.body, "stored_key="+idempotency.StoredKey(consoletest.Key))
+	require.Regexp(t, `id="chain-events"[\s\S]*`+s.EventID.String(), p.body)
+	require.NotContains(t, p.body, consoletest.Secret)
+
 	// From the event's ID alone: every layer below the edge.
 	p = get(t, srv.URL+"/chain?q="+s.EventID.String())
 	require.Contains(t, p.body, "ledger")

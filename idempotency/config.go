@@ -177,6 +177,17 @@ type Route struct {
 	// (and replayed) or the key released so a retry executes. Defaults to
 	// DefaultStore.
 	Store func(status int) bool
+	// Rejections says, per problem code, whether a rejection the route
+	// stores (an answer of 400 or more that Store accepts, whose JSON body
+	// names the code in its "code" member, or "errorCode") is Binding,
+	// stored and replayed to every retry under the key, or Released: not
+	// stored, so that a retry with the same key and request runs again
+	// once the state the rejection depended on changed, as a rejection
+	// for insufficient funds may. Codes are 1 to MaxProblemCodeLen bytes
+	// of letters, digits and "_-.:"; an answer whose code is missing or
+	// malformed is Binding. Defaults to nil: every stored rejection is
+	// Binding.
+	Rejections map[string]Rejection
 	// Reconcile, when set, decides what became of a request whose outcome
 	// the edge cannot prove: a claim whose owner died (its lease ran out),
 	// or a record the handler left unknown (Unknown). The next request with
@@ -187,9 +198,12 @@ type Route struct {
 	// operator (Edge.Resolve). Separate mode only.
 	Reconcile func(w http.ResponseWriter, r *http.Request, u Unsettled) Verdict
 	// StatusPath is where the route's status resource (StatusHandler) is
-	// mounted, with "{key}" standing for the key, for instance
-	// "/idempotency/create-payment/{key}": an unknown answer links to it.
-	// Defaults to "": no link.
+	// mounted, with "{digest}" standing for the key's digest (StoredKey),
+	// never the key itself, for instance
+	// "/idempotency/create-payment/{digest}": an unknown answer links to it.
+	// A path with "{key}" is refused: it would put the raw key in every
+	// access log, gateway log and trace the link passes through. Defaults
+	// to "": no link.
 	StatusPath string
 	// ResponseVersion is the version of the shape of the route's responses,
 	// stored with each. Raise it when a deploy changes that shape. Defaults
@@ -310,8 +324,14 @@ func (r *Route) validate() error {
 	if r.Reconcile != nil && r.Mode != Separate {
 		return bad("Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")
 	}
-	if r.StatusPath != "" && strings.Count(r.StatusPath, "{key}") != 1 {
-		return bad("StatusPath", "%q must hold {key} once", r.StatusPath)
+	if strings.Contains(r.StatusPath, "{key}") {
+		return bad("StatusPath", "%q holds {key}: a raw key in a URL lands in access and gateway logs; address the record by its digest with {digest}", r.StatusPath)
+	}
+	if r.StatusPath != "" && strings.Count(r.StatusPath, "{digest}") != 1 {
+		return bad("StatusPath", "%q must hold {digest} once", r.StatusPath)
+	}
+	if err := validateRejections(r.Rejections); err != nil {
+		return bad("Rejections", "%w", err)
 	}
 	if r.Lease < 3*time.Millisecond {
 		return bad("Lease", "%v is below 3ms", r.Lease)

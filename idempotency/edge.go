@@ -155,9 +155,14 @@ func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
 // errNoScope is a Tenant's empty answer: no authenticated caller.
 var errNoScope = errors.New("idempotency: no scope for the request")
 
-// keyHash is how keys appear in logs.
-func keyHash(id recordID) string {
-	return oncekit.DeriveKey("idempotency.log", id.tenant, id.operation, id.key)[:16]
+// keyHash is how keys appear in logs: derived from the stored digest, so
+// that a record addressed by its digest (the status resource) logs the
+// same hash as its requests.
+func keyHash(id recordID) string { return digestHash(id.tenant, id.operation, id.stored()) }
+
+// digestHash is keyHash of the record whose key's digest is stored.
+func digestHash(tenant, operation, stored string) string {
+	return oncekit.DeriveKey("idempotency.log", tenant, operation, stored)[:16]
 }
 
 func (rt *route) count(outcome string) {

@@ -96,7 +96,7 @@ func newHarnessOn(t *testing.T, db *testenv.DB, route idempotency.Route, cfg *id
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", mw(http.HandlerFunc(h.createPayment(h.db.Pool))))
-	mux.Handle("GET /idempotency/{key}", status)
+	mux.Handle("GET /idempotency/{digest}", status)
 	h.srv = httptest.NewServer(mux)
 	t.Cleanup(h.srv.Close)
 	return h

@@ -3,7 +3,6 @@ package idempotency
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strconv"
 )
 
@@ -21,6 +20,9 @@ const (
 	CodeBodyInvalid       = "REQUEST_BODY_INVALID"
 	CodeBusinessKeyReused = "BUSINESS_KEY_REUSED"
 	CodeResponseOutdated  = "IDEMPOTENCY_RESPONSE_OUTDATED"
+	// CodeInvalidHandle answers a status resource addressed by anything
+	// but a key's digest (StoredKey: 64 lower-case hex digits).
+	CodeInvalidHandle = "IDEMPOTENCY_RECORD_HANDLE_INVALID"
 )
 
 // problem is an RFC 9457 problem details object with a stable code.
@@ -51,6 +53,7 @@ var problemTitles = map[string]string{
 	CodeBodyInvalid:       "Request body is invalid",
 	CodeBusinessKeyReused: "The operation was already requested under another Idempotency-Key",
 	CodeResponseOutdated:  "The stored response is no longer served",
+	CodeInvalidHandle:     "The record's handle is malformed",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter > 0
@@ -77,6 +80,3 @@ func writeProblemAt(w http.ResponseWriter, status int, code, detail, instance st
 		Code:     code,
 	})
 }
-
-// pathEscapeKey is key as a path segment.
-func pathEscapeKey(key string) string { return url.PathEscape(key) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit"
@@ -92,12 +93,18 @@ type Record struct {
 	// UnknownReason says why the outcome is unknown; ResolvedBy and
 	// ResolutionNote record an operator's decision.
 	UnknownReason, ResolvedBy, ResolutionNote string
+	// ProblemCode is the answer's problem code (Status.Code), "" for none;
+	// OperationID the operation's ID (Info.ID), uuid.Nil for a record
+	// claimed before it was kept.
+	ProblemCode string
+	OperationID uuid.UUID
 }
 
 const recordSQL = `
 SELECT k.state, coalesce(k.status_code, 0), coalesce(k.response_headers::text, ''), k.response_body, k.body_sealed,
 	k.created_at, k.completed_at, k.expires_at, k.token, k.recoveries,
-	coalesce(k.unknown_reason, ''), coalesce(k.resolved_by, ''), coalesce(k.resolution_note, '')
+	coalesce(k.unknown_reason, ''), coalesce(k.resolved_by, ''), coalesce(k.resolution_note, ''),
+	coalesce(k.problem_code, ''), coalesce(k.operation_id, '00000000-0000-0000-0000-000000000000')
 FROM {schema}.idempotency_keys k WHERE k.tenant = $1 AND k.operation = $2 AND k.key = $3`
 
 // Get reads the record ref names, by its primary key, or returns
@@ -110,7 +117,7 @@ func (r *Records) Get(ctx context.Context, q oncekit.Querier, ref Ref) (Record, 
 	var rec Record
 	err = q.QueryRow(ctx, pgsql.Render(recordSQL, r.schema), ref.Tenant, ref.Operation, key).Scan(&rec.State, &rec.StatusCode,
 		&rec.Headers, &rec.Body, &rec.Sealed, &rec.CreatedAt, &rec.CompletedAt, &rec.ExpiresAt, &rec.Token, &rec.Recoveries,
-		&rec.UnknownReason, &rec.ResolvedBy, &rec.ResolutionNote)
+		&rec.UnknownReason, &rec.ResolvedBy, &rec.ResolutionNote, &rec.ProblemCode, &rec.OperationID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, fmt.Errorf("%w: operation %q", ErrRecordNotFound, ref.Operation)
 	}
@@ -118,6 +125,27 @@ func (r *Records) Get(ctx context.Context, q oncekit.Querier, ref Ref) (Record, 
 		return Record{}, fmt.Errorf("idempotency: get record: %w", err)
 	}
 	return rec, nil
+}
+
+// ByOperationID returns the records whose operation's ID (Info.ID, the
+// ID of the row the request created: a payment's) is id, up to limit,
+// through the index idempotency_keys_operation_id: one, unless the same
+// scope and key were used on several operations.
+func (r *Records) ByOperationID(ctx context.Context, q oncekit.Querier, id uuid.UUID, limit int) ([]Ref, error) {
+	rows, err := q.Query(ctx, pgsql.Render(`SELECT tenant, operation, key FROM {schema}.idempotency_keys
+		WHERE operation_id = $1 ORDER BY tenant, operation, key LIMIT $2`, r.schema), id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: records by operation ID: %w", err)
+	}
+	refs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Ref, error) {
+		var ref Ref
+		err := row.Scan(&ref.Tenant, &ref.Operation, &ref.StoredKey)
+		return ref, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: records by operation ID: %w", err)
+	}
+	return refs, nil
 }
 
 // HeldRecord is a record that holds its key without an outcome, as

@@ -82,7 +82,7 @@ u AS (
 		completed_at = CASE WHEN $4 = 'completed' THEN now() END,
 		body_expires_at = CASE WHEN $4 = 'completed' THEN now() + $10 * interval '1 microsecond' END,
 		expires_at = now() + $11 * interval '1 microsecond',
-		resolved_by = $12, resolution_note = $13, resolved_at = now()
+		resolved_by = $12, resolution_note = $13, resolved_at = now(), problem_code = $14
 	WHERE tenant = $1 AND operation = $2 AND key = $3
 	  AND (state = 'unknown' OR (state = 'in_progress' AND locked_until < now()))
 	RETURNING 1)
@@ -138,10 +138,14 @@ func (e *Edge) Resolve(ctx context.Context, q oncekit.Querier, ref Ref, res Reso
 	default:
 		return fmt.Errorf("idempotency: resolve: State must be completed or released, not %q", res.State)
 	}
+	var code *string
+	if c := problemCodeOf(res.Response.StatusCode, res.Response.Header.Get("Content-Type"), res.Response.Body); c != "" && res.State == StateCompleted {
+		code = &c
+	}
 	var n int
 	var now *string
 	err = q.QueryRow(ctx, e.sql.resolve, ref.Tenant, ref.Operation, stored, string(res.State), status, pgsql.JSON(headers), body,
-		sealed, res.Version, micros(ttl), micros(7*ttl), d.By, d.Note).Scan(&n, &now)
+		sealed, res.Version, micros(ttl), micros(7*ttl), d.By, d.Note, code).Scan(&n, &now)
 	switch {
 	case err != nil:
 		return fmt.Errorf("idempotency: resolve: %w", err)

@@ -145,7 +145,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(lockTimeout)
-	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries).QueryRow(func(row pgx.Row) error {
+	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, id.operationID()).QueryRow(func(row pgx.Row) error {
 		var status *int32
 		var headers []byte
 		var age float64
@@ -199,11 +199,12 @@ func (rt *route) runSameTx(next http.Handler, w http.ResponseWriter, r *http.Req
 		rt.commitUnknown(bg, w, id, conn, tx, token, out.reason)
 		return
 	}
-	if panicked != nil || !rt.cfg.Store(rw.code()) {
+	if panicked != nil || rt.releases(rw) {
 		_ = tx.Rollback(bg)
 		// The claim went with the rollback: the key keeps the body it was
 		// used with, so that another is refused.
-		if _, err := conn.Exec(bg, rt.e.sql.released, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.TTL)); err != nil {
+		if _, err := conn.Exec(bg, rt.e.sql.released, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.TTL),
+			storableCode(rw, panicked), id.operationID()); err != nil {
 			rt.e.log.Warn("idempotency: recording the released key failed; another body under it would run",
 				"operation", id.operation, "key_hash", keyHash(id), "error", err)
 		}
@@ -237,7 +238,7 @@ func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int
 	b := &pgx.Batch{}
 	var stored, committed bool
 	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.stored(), token, rw.code(), pgsql.JSON(headers), body, sealed,
-		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL), rt.cfg.ResponseVersion, rt.businessLocation(rw)).Exec(func(pgconn.CommandTag) error {
+		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL), rt.cfg.ResponseVersion, rt.businessLocation(rw), storableCode(rw, nil)).Exec(func(pgconn.CommandTag) error {
 		stored = true
 		return nil
 	})

@@ -38,7 +38,7 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 	for attempt := 0; ; attempt++ {
 		var c separateClaim
 		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
-			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, rt.cfg.Reconcile != nil).
+			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, rt.cfg.Reconcile != nil, id.operationID()).
 			Scan(&c.token, &c.recoveries, &c.reason, &c.wasUnknown)
 		if err == nil || errors.Is(err, pgx.ErrNoRows) {
 			rt.e.watch.OK("store")
@@ -165,9 +165,9 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	case out.unknown && panicked == nil:
 		rt.settleUnknown(bg, w, id, c.token, out.reason)
 		return
-	case panicked != nil || !rt.cfg.Store(rw.code()):
+	case panicked != nil || rt.releases(rw):
 		if _, err := rt.e.db.Exec(bg, rt.e.sql.release, id.tenant, id.operation, id.stored(), c.token,
-			micros(rt.cfg.TTL), rt.cfg.BusinessKey != nil); err != nil {
+			micros(rt.cfg.TTL), rt.cfg.BusinessKey != nil, storableCode(rw, panicked)); err != nil {
 			// The lease runs out and a retry recovers the claim.
 			rt.e.log.Error("idempotency: release failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
 		}
@@ -192,7 +192,7 @@ func (rt *route) store(ctx context.Context, w http.ResponseWriter, id recordID, 
 		var n int64
 		err = rt.e.db.QueryRow(ctx, rt.e.sql.complete, id.tenant, id.operation, id.stored(), token,
 			rw.code(), pgsql.JSON(headers), body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL),
-			rt.cfg.ResponseVersion, rt.businessLocation(rw)).Scan(&n)
+			rt.cfg.ResponseVersion, rt.businessLocation(rw), storableCode(rw, nil)).Scan(&n)
 		if err == nil && n == 0 {
 			rt.e.m.fenced.WithLabelValues(id.operation).Inc()
 			rt.e.log.Warn("idempotency: claim was recovered by another request; response not stored",

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,21 +27,33 @@ type Status struct {
 	// Location is the stored response's Location header, when it had one
 	// (and Route.ReplayHeaders kept it): where the operation's resource is.
 	Location string `json:"location,omitempty"`
+	// Code is the problem code of the answer (a rejection's, stored or
+	// released; see Route.Rejections), kept with the record after its body
+	// expired and on a route that stores no body; "" for none.
+	Code string `json:"code,omitempty"`
+	// OperationID is the ID of the operation the key started (Info.ID),
+	// "" for a record claimed before it was kept.
+	OperationID string `json:"operation_id,omitempty"`
 }
 
 // statusSQL reads a live record for the status resource.
 const statusSQL = `
-SELECT state, created_at, completed_at, expires_at, status_code, response_headers
+SELECT state, created_at, completed_at, expires_at, status_code, response_headers,
+	coalesce(problem_code, ''), coalesce(operation_id::text, '')
 FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
 
 // StatusHandler returns the status resource of r's operation, for a client
-// that lost an answer and would rather ask than retry: a GET with the key
-// as the path value "key" (mount it at "GET /idempotency/{key}"), or in
-// the Idempotency-Key header, answers the key's record in the caller's scope
-// (r's Tenant, as the route's requests compute it) as a JSON Status; 404
-// CodeKeyNotFound when there is none, which is also the answer for another
-// scope's key. Mount it behind the same authentication as the route.
+// that lost an answer and would rather ask than retry: a GET addressed by
+// the key's digest (StoredKey) as the path value "digest" (mount it at
+// "GET /idempotency/create-payment/{digest}", as Route.StatusPath says), or
+// by the key itself in the Idempotency-Key header, answers the record in
+// the caller's scope (r's Tenant, as the route's requests compute it) as a
+// JSON Status; 404 CodeKeyNotFound when there is none, which is also the
+// answer for another scope's record. The key never travels in the URL: a
+// path value "key" (a mount with {key}) or a digest that is not 64
+// lower-case hex digits answers 400 CodeInvalidHandle. Mount it behind the
+// same authentication as the route.
 func (e *Edge) StatusHandler(r *Route) (http.Handler, error) {
 	if r != nil && r.SharedScope && r.Tenant != nil {
 		return nil, fmt.Errorf("%w: idempotency: Route.SharedScope: set together with Tenant; choose one", ErrInvalidConfig)
@@ -50,13 +63,8 @@ func (e *Edge) StatusHandler(r *Route) (http.Handler, error) {
 		return nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		raw := req.PathValue("key")
-		if raw == "" {
-			raw = req.Header.Get(HeaderKey)
-		}
-		key, err := ParseKey(raw)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, CodeInvalidKey, err.Error(), 0)
+		stored, ok := statusHandle(w, req)
+		if !ok {
 			return
 		}
 		tenant, err := rc.Tenant(req)
@@ -67,30 +75,80 @@ func (e *Edge) StatusHandler(r *Route) (http.Handler, error) {
 			writeProblem(w, http.StatusForbidden, CodeScopeRejected, "", 0)
 			return
 		}
-		id := recordID{tenant: tenant, operation: rc.Operation, key: key}
-		st := Status{Operation: rc.Operation}
-		var status *int32
-		var headers []byte
-		err = e.db.QueryRow(req.Context(), e.sql.status, id.tenant, id.operation, id.stored()).
-			Scan(&st.State, &st.CreatedAt, &st.CompletedAt, &st.ExpiresAt, &status, &headers)
+		st, found, err := e.readStatus(req.Context(), tenant, rc.Operation, stored)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			writeProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record of this Idempotency-Key for this operation and caller", 0)
-			return
 		case err != nil:
-			e.log.Error("idempotency: status lookup failed", "operation", id.operation, "key_hash", keyHash(id), "error", err)
+			e.log.Error("idempotency: status lookup failed", "operation", rc.Operation, "key_hash", digestHash(tenant, rc.Operation, stored), "error", err)
 			writeProblem(w, http.StatusServiceUnavailable, CodeStoreUnavailable, "the record could not be read; retry", 1)
 			return
-		}
-		if status != nil {
-			st.StatusCode = int(*status)
-		}
-		var h http.Header
-		if len(headers) > 0 && json.Unmarshal(headers, &h) == nil {
-			st.Location = h.Get("Location")
+		case !found:
+			writeProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record of this Idempotency-Key for this operation and caller", 0)
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(st)
 	}), nil
+}
+
+// statusHandle returns the digest of the key req asks about (its path
+// value "digest", or the Idempotency-Key header's key digested), answering
+// 400 and reporting false when there is none or it is malformed.
+func statusHandle(w http.ResponseWriter, req *http.Request) (string, bool) {
+	if req.PathValue("key") != "" {
+		writeProblem(w, http.StatusBadRequest, CodeInvalidHandle,
+			"the status resource is addressed by the key's digest ({digest}), never by the key", 0)
+		return "", false
+	}
+	if d := req.PathValue("digest"); d != "" {
+		if !validDigest(d) {
+			writeProblem(w, http.StatusBadRequest, CodeInvalidHandle, "the record's handle must be the key's digest: 64 lower-case hex digits", 0)
+			return "", false
+		}
+		return d, true
+	}
+	key, err := ParseKey(req.Header.Get(HeaderKey))
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeInvalidKey, err.Error(), 0)
+		return "", false
+	}
+	return StoredKey(key), true
+}
+
+// validDigest reports whether s has the form of a key's digest as
+// StoredKey returns it: 64 lower-case hex digits.
+func validDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// readStatus reads the live record of (tenant, operation, stored) as a
+// Status; found is false when there is none.
+func (e *Edge) readStatus(ctx context.Context, tenant, operation, stored string) (st Status, found bool, err error) {
+	st = Status{Operation: operation}
+	var status *int32
+	var headers []byte
+	err = e.db.QueryRow(ctx, e.sql.status, tenant, operation, stored).
+		Scan(&st.State, &st.CreatedAt, &st.CompletedAt, &st.ExpiresAt, &status, &headers, &st.Code, &st.OperationID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Status{}, false, nil
+	case err != nil:
+		return Status{}, false, err
+	}
+	if status != nil {
+		st.StatusCode = int(*status)
+	}
+	var h http.Header
+	if len(headers) > 0 && json.Unmarshal(headers, &h) == nil {
+		st.Location = h.Get("Location")
+	}
+	return st, true, nil
 }

@@ -11,7 +11,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
@@ -55,6 +58,10 @@ func StoredKey(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// operationID is the ID of the operation the key started (Info.ID), kept
+// on the record so that a payment's ID leads to its key's record.
+func (id recordID) operationID() uuid.UUID { return oncekit.DeriveID(id.tenant, id.key) }
+
 // aad binds a sealed body to its record.
 func (id recordID) aad() []byte {
 	var b []byte
@@ -97,10 +104,12 @@ type statements struct {
 // for one request only. A recovery keeps the unknown's reason, so that the
 // recovering request knows it takes over an unknown outcome.
 const claimSQL = `
-INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, locked_until, expires_at)
-VALUES ($1, $2, $3, $4, 'in_progress', now() + $5 * interval '1 microsecond', now() + $6 * interval '1 microsecond')
+INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, locked_until, expires_at, operation_id)
+VALUES ($1, $2, $3, $4, 'in_progress', now() + $5 * interval '1 microsecond', now() + $6 * interval '1 microsecond', $9)
 ON CONFLICT (tenant, operation, key) DO UPDATE SET
 	fingerprint      = EXCLUDED.fingerprint,
+	operation_id     = EXCLUDED.operation_id,
+	problem_code     = NULL,
 	locked_until     = EXCLUDED.locked_until,
 	token            = k.token + 1,
 	recoveries       = CASE WHEN k.state IN ('in_progress', 'unknown') THEN k.recoveries + 1 ELSE 0 END,
@@ -127,10 +136,11 @@ RETURNING token, recoveries, coalesce(unknown_reason, ''), unknown_reason IS NOT
 // committed while this statement waited for it: look it up afresh.
 const claimTxSQL = `
 WITH ins AS (
-	INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, expires_at)
-	VALUES ($1, $2, $3, $4, 'in_progress', now() + $5 * interval '1 microsecond')
+	INSERT INTO {schema}.idempotency_keys AS k (tenant, operation, key, fingerprint, state, expires_at, operation_id)
+	VALUES ($1, $2, $3, $4, 'in_progress', now() + $5 * interval '1 microsecond', $7)
 	ON CONFLICT (tenant, operation, key) DO UPDATE SET
 		fingerprint = EXCLUDED.fingerprint, token = k.token + 1, recoveries = 0, created_at = now(),
+		operation_id = EXCLUDED.operation_id, problem_code = NULL,
 		state = 'in_progress', locked_until = NULL, status_code = NULL, response_headers = NULL,
 		response_body = NULL, body_sealed = false, completed_at = NULL, body_expires_at = NULL,
 		expires_at = EXCLUDED.expires_at, unknown_reason = NULL
@@ -165,9 +175,9 @@ FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
 
 // completeCTEs store the response ($5–$8, lifetimes $9 and $10, version
-// $11) under the claim's token and, for a route with business keys, the
-// resource's location ($12, ” for none) on the key's business key. u has
-// a row when the claim was still there to complete.
+// $11, problem code $13) under the claim's token and, for a route with
+// business keys, the resource's location ($12, ” for none) on the key's
+// business key. u has a row when the claim was still there to complete.
 const completeCTEs = `
 WITH bk AS (
 	UPDATE {schema}.idempotency_business_keys SET location = $12
@@ -176,7 +186,7 @@ u AS (
 	UPDATE {schema}.idempotency_keys SET
 		state = 'completed', status_code = $5, response_headers = $6, response_body = $7, body_sealed = $8,
 		completed_at = now(), expires_at = now() + $9 * interval '1 microsecond', locked_until = NULL,
-		body_expires_at = now() + $10 * interval '1 microsecond', response_version = $11
+		body_expires_at = now() + $10 * interval '1 microsecond', response_version = $11, problem_code = $13
 	WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'
 	RETURNING 1)`
 
@@ -207,14 +217,15 @@ const unknownTxSQL = unknownSQL + `
 SELECT 1 / count(*) FROM u`
 
 // releaseSQL keeps a claim whose request ended without a stored response
-// as released, with its fingerprint, until $5 (microseconds) from now, and
-// frees the business key it took, if any: the operation did not happen.
+// as released, with its fingerprint and its answer's problem code ($7),
+// until $5 (microseconds) from now, and frees the business key it took, if
+// any: the operation did not happen.
 const releaseSQL = `
 WITH bk AS (
 	DELETE FROM {schema}.idempotency_business_keys
 	WHERE $6 AND tenant = $1 AND operation = $2 AND key = $3)
 UPDATE {schema}.idempotency_keys SET state = 'released', locked_until = NULL,
-	expires_at = now() + $5 * interval '1 microsecond'
+	expires_at = now() + $5 * interval '1 microsecond', problem_code = $7
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
 
 // purgeBodiesSQL empties up to $1 completed records' response bodies past
@@ -244,12 +255,13 @@ DELETE FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
 
 // releasedSQL records, after a same-transaction request rolled back
-// without a stored response, that its key was used with its fingerprint:
-// unless another request holds the key by now (or the key was released
-// before this request claimed it, which the rollback restored).
+// without a stored response, that its key was used with its fingerprint
+// (with its answer's problem code $6 and the operation's ID $7): unless
+// another request holds the key by now (or the key was released before
+// this request claimed it, which the rollback restored).
 const releasedSQL = `
-INSERT INTO {schema}.idempotency_keys (tenant, operation, key, fingerprint, state, expires_at)
-VALUES ($1, $2, $3, $4, 'released', now() + $5 * interval '1 microsecond')
+INSERT INTO {schema}.idempotency_keys (tenant, operation, key, fingerprint, state, expires_at, problem_code, operation_id)
+VALUES ($1, $2, $3, $4, 'released', now() + $5 * interval '1 microsecond', $6, $7)
 ON CONFLICT (tenant, operation, key) DO NOTHING`
 
 const renewSQL = `

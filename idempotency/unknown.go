@@ -110,20 +110,20 @@ func (v Verdict) String() string {
 	return "still_unknown"
 }
 
-// statusLink is the route's status resource for key, "" without
-// StatusPath.
-func (rt *route) statusLink(key string) string {
+// statusLink is the route's status resource for id's record, addressed by
+// the key's digest (never the key), "" without StatusPath.
+func (rt *route) statusLink(id recordID) string {
 	if rt.cfg.StatusPath == "" {
 		return ""
 	}
-	return strings.Replace(rt.cfg.StatusPath, "{key}", pathEscapeKey(key), 1)
+	return strings.Replace(rt.cfg.StatusPath, "{digest}", id.stored(), 1)
 }
 
 // answerUnknown answers 409 IDEMPOTENCY_OUTCOME_UNKNOWN, linking the status
 // resource.
 func (rt *route) answerUnknown(w http.ResponseWriter, id recordID) {
 	rt.count(OutcomeUnknown)
-	link := rt.statusLink(id.key)
+	link := rt.statusLink(id)
 	if link != "" {
 		w.Header().Set("Link", "<"+link+`>; rel="monitor"`)
 	}

@@ -96,15 +96,16 @@ func TestLostProviderAnswerEndsUnknown(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			h := newHarness(t, idempotency.Route{Mode: mode, StatusPath: "/idempotency/{key}"}, &idempotency.Config{Registerer: reg})
+			h := newHarness(t, idempotency.Route{Mode: mode, StatusPath: "/idempotency/{digest}"}, &idempotency.Config{Registerer: reg})
 			h.provider = newFakeProvider(t)
 			h.provider.dropNext.Store(true)
 
 			first := h.post(t, "acme", "pay-1", `{"amount":100}`)
 			require.Equal(t, http.StatusConflict, first.status, first.body)
 			require.Equal(t, idempotency.CodeOutcomeUnknown, first.problemCode(t))
-			require.Equal(t, `</idempotency/pay-1>; rel="monitor"`, first.header.Get("Link"))
-			require.Equal(t, "/idempotency/pay-1", first.instance(t))
+			link := "/idempotency/" + idempotency.StoredKey("pay-1")
+			require.Equal(t, "<"+link+`>; rel="monitor"`, first.header.Get("Link"), "the link names the key's digest, never the key")
+			require.Equal(t, link, first.instance(t))
 			for range 3 {
 				again := h.post(t, "acme", "pay-1", `{"amount":100}`)
 				require.Equal(t, idempotency.CodeOutcomeUnknown, again.problemCode(t), "a retry neither runs again nor succeeds blindly")
@@ -112,9 +113,9 @@ func TestLostProviderAnswerEndsUnknown(t *testing.T) {
 			require.EqualValues(t, 1, h.runs.Load())
 			require.Equal(t, idempotency.CodeKeyReused, h.post(t, "acme", "pay-1", `{"amount":5}`).problemCode(t))
 
-			st := getStatus(t, h.srv.URL+"/idempotency/pay-1", "acme")
+			st := getStatus(t, h.srv.URL+link, "acme")
 			require.Equal(t, idempotency.StateUnknown, st.State)
-			require.Equal(t, http.StatusNotFound, getStatusCode(t, h.srv.URL+"/idempotency/pay-1", "other"), "never another caller's record")
+			require.Equal(t, http.StatusNotFound, getStatusCode(t, h.srv.URL+link, "other"), "never another caller's record")
 			require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys WHERE state = 'unknown' AND unknown_reason LIKE 'charge: %'`))
 			if mode == idempotency.SameTx {
 				require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM payments`), "the handler's writes commit with the unknown record")
@@ -152,7 +153,7 @@ func TestReconcileSettlesUnknown(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			var reconciled atomic.Int64
 			var p *fakeProvider
-			route := idempotency.Route{Mode: idempotency.Separate, StatusPath: "/idempotency/{key}",
+			route := idempotency.Route{Mode: idempotency.Separate, StatusPath: "/idempotency/{digest}",
 				Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.Unsettled) idempotency.Verdict {
 					reconciled.Add(1)
 					if u.State != idempotency.StateUnknown || !strings.HasPrefix(u.Reason, "charge: ") || !u.Recovered {

@@ -65,10 +65,10 @@ func Seed(t testing.TB, db *testenv.DB) Seeded {
 	payload := []byte(fmt.Sprintf(`{"payment_id":%q,"card":%q}`, s.PaymentID, Secret))
 	must(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, status_code,
-				response_headers, response_body, completed_at, expires_at, body_expires_at)
-			VALUES ($1, $2, $3, '\x01', 'completed', 201, $4, $5, now(), now() + interval '7 days', now() + interval '1 day')`,
+				response_headers, response_body, completed_at, expires_at, body_expires_at, operation_id)
+			VALUES ($1, $2, $3, '\x01', 'completed', 201, $4, $5, now(), now() + interval '7 days', now() + interval '1 day', $6)`,
 			Tenant, Operation, idempotency.StoredKey(Key), fmt.Sprintf(`{"Location":["/payments/%s"]}`, s.PaymentID),
-			[]byte(fmt.Sprintf(`{"id":%q,"card":%q}`, s.PaymentID, Secret))); err != nil {
+			[]byte(fmt.Sprintf(`{"id":%q,"card":%q}`, s.PaymentID, Secret)), s.PaymentID); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, state, unknown_reason, expires_at)
