@@ -71,6 +71,7 @@ func TestFromSQLTxEnqueue(t *testing.T) {
 			require.NoError(t, err)
 			tx, err := oncekit.FromSQLTx(ctx, stx)
 			require.NoError(t, err)
+			requireSameBackend(t, stx, tx)
 			res, err := ob.Enqueue(ctx, tx, broker.Message{ID: id, Subject: "orders.created", Payload: []byte(`{}`)})
 			require.NoError(t, err)
 			require.Empty(t, res.Duplicates)
@@ -276,6 +277,7 @@ func TestWithSQLTxOwned(t *testing.T) {
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	err = oncekit.WithSQLTx(ctx, tx, func(stx *sql.Tx) error {
+		requireSameBackend(t, stx, tx)
 		_, err := stx.ExecContext(ctx, `INSERT INTO orders (id, amount) VALUES ($1, 1)`, uuid.New())
 		require.NoError(t, err)
 		require.ErrorIs(t, stx.Commit(), oncekit.ErrTxOwned)
@@ -328,4 +330,74 @@ func TestWithSQLTxEdgeSameTx(t *testing.T) {
 	require.Equal(t, 1, w.count(`SELECT count(*) FROM orders`))
 	require.Equal(t, http.StatusCreated, post("k-ok", false)) // replayed
 	require.Equal(t, 1, w.count(`SELECT count(*) FROM orders`))
+}
+
+// requireSameBackend checks that stx and tx run on one server process and
+// in one transaction: no second connection.
+func requireSameBackend(t *testing.T, stx *sql.Tx, tx pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	const q = `SELECT pg_backend_pid(), txid_current()`
+	var pid1, pid2, xid1, xid2 int64
+	require.NoError(t, stx.QueryRowContext(ctx, q).Scan(&pid1, &xid1))
+	require.NoError(t, tx.QueryRow(ctx, q).Scan(&pid2, &xid2))
+	require.Equal(t, pid1, pid2)
+	require.Equal(t, xid1, xid2)
+}
+
+// One order and its event per transaction: pgx's own transaction, a
+// *sql.Tx through FromSQLTx, and a pgx transaction written through
+// WithSQLTx.
+func BenchmarkSQLTx(b *testing.B) {
+	db := testenv.NewDB(b)
+	sq := stdlib.OpenDBFromPool(db.Pool)
+	b.Cleanup(func() { _ = sq.Close() })
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE orders (id uuid PRIMARY KEY, amount int NOT NULL)`)
+	require.NoError(b, err)
+	ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
+	require.NoError(b, err)
+	const insert = `INSERT INTO orders (id, amount) VALUES ($1, 1)`
+	enqueue := func(tx pgx.Tx, id uuid.UUID) error {
+		_, err := ob.Enqueue(ctx, tx, broker.Message{ID: id, Subject: "orders.created", Payload: []byte(`{}`)})
+		return err
+	}
+	b.Run("pgx", func(b *testing.B) {
+		for b.Loop() {
+			id := uuid.New()
+			require.NoError(b, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, insert, id); err != nil {
+					return err
+				}
+				return enqueue(tx, id)
+			}))
+		}
+	})
+	b.Run("FromSQLTx", func(b *testing.B) {
+		for b.Loop() {
+			id := uuid.New()
+			stx, err := sq.BeginTx(ctx, nil)
+			require.NoError(b, err)
+			_, err = stx.ExecContext(ctx, insert, id)
+			require.NoError(b, err)
+			tx, err := oncekit.FromSQLTx(ctx, stx)
+			require.NoError(b, err)
+			require.NoError(b, enqueue(tx, id))
+			require.NoError(b, stx.Commit())
+		}
+	})
+	b.Run("WithSQLTx", func(b *testing.B) {
+		for b.Loop() {
+			id := uuid.New()
+			require.NoError(b, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				if err := oncekit.WithSQLTx(ctx, tx, func(stx *sql.Tx) error {
+					_, err := stx.ExecContext(ctx, insert, id)
+					return err
+				}); err != nil {
+					return err
+				}
+				return enqueue(tx, id)
+			}))
+		}
+	})
 }
