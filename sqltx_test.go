@@ -284,6 +284,56 @@ func TestWithSQLTxOwned(t *testing.T) {
 		return nil
 	})
 	require.ErrorIs(t, err, oncekit.ErrTxOwned)
+	// A *sql.Tx kept past WithSQLTx is ended: it refuses.
+	var kept *sql.Tx
+	require.NoError(t, oncekit.WithSQLTx(ctx, tx, func(stx *sql.Tx) error { kept = stx; return nil }))
+	_, err = kept.ExecContext(ctx, `INSERT INTO orders (id, amount) VALUES ($1, 1)`, uuid.New())
+	require.ErrorIs(t, err, sql.ErrTxDone)
+}
+
+// The rest of pgx.Tx through FromSQLTx: a batch, COPY, a prepared
+// statement, rows read to the end, a nested savepoint released.
+func TestFromSQLTxPgxCalls(t *testing.T) {
+	t.Parallel()
+	w := newSQLWorld(t)
+	ctx := context.Background()
+	stx, err := w.sq.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer stx.Rollback()
+	tx, err := oncekit.FromSQLTx(ctx, stx)
+	require.NoError(t, err)
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO orders (id, amount) VALUES ($1, 1)`, uuid.New())
+	b.Queue(`INSERT INTO orders (id, amount) VALUES ($1, 2)`, uuid.New())
+	require.NoError(t, tx.SendBatch(ctx, b).Close())
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"orders"}, []string{"id", "amount"},
+		pgx.CopyFromRows([][]any{{uuid.New(), 3}, {uuid.New(), 4}}))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	_, err = tx.Prepare(ctx, "sum_orders", `SELECT sum(amount) FROM orders`)
+	require.NoError(t, err)
+	var sum int64
+	require.NoError(t, tx.QueryRow(ctx, "sum_orders").Scan(&sum))
+	require.EqualValues(t, 10, sum)
+	sp, err := tx.Begin(ctx)
+	require.NoError(t, err)
+	inner, err := sp.Begin(ctx)
+	require.NoError(t, err)
+	_, err = inner.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ($1, 5)`, uuid.New())
+	require.NoError(t, err)
+	require.NoError(t, inner.Commit(ctx))
+	require.NoError(t, sp.Commit(ctx))
+	require.ErrorIs(t, sp.Commit(ctx), pgx.ErrTxClosed)
+	rows, err := tx.Query(ctx, `SELECT amount FROM orders ORDER BY amount`)
+	require.NoError(t, err)
+	amounts, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, amounts)
+	// database/sql sees the same transaction.
+	require.NoError(t, stx.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n))
+	require.EqualValues(t, 5, n)
+	require.NoError(t, stx.Commit())
+	require.Equal(t, 5, w.count(`SELECT count(*) FROM orders`))
 }
 
 // The HTTP edge's SameTx mode: the handler writes through database/sql in
