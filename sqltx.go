@@ -55,11 +55,13 @@ var (
 // outside the transaction. The check costs no round trip.
 func FromSQLTx(ctx context.Context, stx *sql.Tx) (pgx.Tx, error) {
 	if stx == nil {
-		return nil, fmt.Errorf("oncekit: FromSQLTx: %w", ErrNilTx)
+		return nil, ErrNilTx
 	}
 	t := &sqlTx{stx: stx}
-	err := t.on(ctx, func(c *pgx.Conn) error { t.conn = c; return nil })
-	if err != nil {
+	switch err := t.on(ctx, func(c *pgx.Conn) error { t.conn = c; return nil }); {
+	case errors.Is(err, ErrNotPgx), errors.Is(err, ErrNotInTransaction):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("oncekit: FromSQLTx: %w", err)
 	}
 	return t, nil

@@ -33,7 +33,7 @@ import (
 // types are not supported. WithSQLTx reports ErrNilTx for a nil tx.
 func WithSQLTx(ctx context.Context, tx pgx.Tx, fn func(*sql.Tx) error) error {
 	if tx == nil {
-		return fmt.Errorf("oncekit: WithSQLTx: %w", ErrNilTx)
+		return ErrNilTx
 	}
 	c := &txConn{tx: tx}
 	db := sql.OpenDB(txConnector{c})

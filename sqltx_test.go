@@ -155,6 +155,16 @@ func (fakeStmt) NumInput() int                              { return -1 }
 func (fakeStmt) Exec([]driver.Value) (driver.Result, error) { return driver.RowsAffected(0), nil }
 func (fakeStmt) Query([]driver.Value) (driver.Rows, error)  { return nil, errors.New("fake: no rows") }
 
+// lenientDriver is fakeDriver taking any argument, as pgx's does: it runs
+// the statement without ever handing the argument to pgx.
+type lenientDriver struct{}
+
+func (lenientDriver) Open(string) (driver.Conn, error) { return lenientConn{}, nil }
+
+type lenientConn struct{ fakeConn }
+
+func (lenientConn) CheckNamedValue(*driver.NamedValue) error { return nil }
+
 type fakeTx struct{}
 
 func (fakeTx) Commit() error   { return nil }
@@ -171,17 +181,23 @@ func TestFromSQLTxBadInput(t *testing.T) {
 		require.ErrorIs(t, err, oncekit.ErrNilTx)
 		require.ErrorIs(t, oncekit.WithSQLTx(ctx, nil, func(*sql.Tx) error { return nil }), oncekit.ErrNilTx)
 	})
-	t.Run("not-pgx", func(t *testing.T) {
-		registerFake.Do(func() { sql.Register("oncekit-fake", fakeDriver{}) })
-		sq, err := sql.Open("oncekit-fake", "")
-		require.NoError(t, err)
-		defer sq.Close()
-		stx, err := sq.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		defer stx.Rollback()
-		_, err = oncekit.FromSQLTx(ctx, stx)
-		require.ErrorIs(t, err, oncekit.ErrNotPgx)
+	registerFake.Do(func() {
+		sql.Register("oncekit-fake", fakeDriver{})
+		sql.Register("oncekit-fake-lenient", lenientDriver{})
 	})
+	for _, name := range []string{"oncekit-fake", "oncekit-fake-lenient"} {
+		t.Run("not-pgx/"+name, func(t *testing.T) {
+			sq, err := sql.Open(name, "")
+			require.NoError(t, err)
+			defer sq.Close()
+			stx, err := sq.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer stx.Rollback()
+			_, err = oncekit.FromSQLTx(ctx, stx)
+			require.ErrorIs(t, err, oncekit.ErrNotPgx)
+			t.Log(err)
+		})
+	}
 	w := newSQLWorld(t)
 	for _, end := range []string{"committed", "rolled-back"} {
 		t.Run(end, func(t *testing.T) {
@@ -194,6 +210,7 @@ func TestFromSQLTxBadInput(t *testing.T) {
 			}
 			_, err = oncekit.FromSQLTx(ctx, stx)
 			require.ErrorIs(t, err, sql.ErrTxDone)
+			t.Log(err)
 		})
 	}
 	t.Run("commit-statement", func(t *testing.T) {
@@ -204,6 +221,7 @@ func TestFromSQLTxBadInput(t *testing.T) {
 		require.NoError(t, err)
 		_, err = oncekit.FromSQLTx(ctx, stx)
 		require.ErrorIs(t, err, oncekit.ErrNotInTransaction)
+		t.Log(err)
 	})
 }
 
