@@ -20,6 +20,7 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
 	cd examples/kafka && $(GO) vet ./...
 	cd examples/sqs && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
+	cd examples/orm && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 
 PGBOUNCER_URL := postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable&default_query_exec_mode=exec
 
@@ -96,7 +97,7 @@ release: ## tag every released module together at one commit (VERSION=v0.2.0): c
 
 vet: ## go vet, in every module
 	$(GO) vet ./...
-	for m in cmd/oncekit internal/brokertests internal/browsertests oncekitotel bench examples/kafka examples/sqs; do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in cmd/oncekit internal/brokertests internal/browsertests oncekitotel bench examples/kafka examples/sqs examples/orm; do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 FUZZTIME ?= 30s
 # Every fuzz target, as package:target. The hostile-input targets (inbox,

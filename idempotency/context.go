@@ -52,6 +52,8 @@ func FromRequest(r *http.Request) (Info, bool) {
 // The middleware signature (func(http.Handler) http.Handler) leaves the
 // request as the only channel to the handler, which is why the transaction
 // travels in the request's context here and nowhere else in oncekit.
+// Code that writes through database/sql (sqlc, GORM, Bun, ent) gets the
+// transaction as a *sql.Tx from oncekit.WithSQLTx.
 func Tx(r *http.Request) (pgx.Tx, bool) {
 	tx, ok := r.Context().Value(txKey{}).(pgx.Tx)
 	return tx, ok

@@ -25,6 +25,8 @@ type Message struct {
 // message's claim. Everything the handler writes through tx commits together
 // with the claim or not at all. The handler must not commit or roll back tx
 // (those calls fail with ErrTxOwned); returning an error rolls its work back.
+// Code that writes through database/sql (sqlc, GORM, Bun, ent) gets tx as a
+// *sql.Tx from oncekit.WithSQLTx.
 type Handler interface {
 	Handle(ctx context.Context, tx pgx.Tx, msg *Message) error
 }

@@ -26,7 +26,7 @@ library=github.com/oncekit/oncekit
 released=(cmd/oncekit oncekitotel)
 # The other modules of the workspace are not tagged, but build against the
 # same version of the library.
-others=(bench examples/kafka examples/sqs internal/brokertests internal/browsertests)
+others=(bench examples/kafka examples/orm examples/sqs internal/brokertests internal/browsertests)
 tags=("$version")
 for m in "${released[@]}"; do tags+=("$m/$version"); done
 
