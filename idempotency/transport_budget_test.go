@@ -152,18 +152,18 @@ func TestTransportBacksOffLikeACircuitBreaker(t *testing.T) {
 func TestTransportStopsAtTheContextDeadline(t *testing.T) {
 	t.Parallel()
 	srv, log := scripted(t, func(_ int, w http.ResponseWriter) bool {
-		w.Header().Set("Retry-After", "2")
+		w.Header().Set("Retry-After", "10")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return true
 	})
 	tr := &idempotency.Transport{MaxAttempts: 100, RetryBudget: -1, BreakerThreshold: -1}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	start := time.Now()
 	status, err := try(t, tr, ctx, srv.URL)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, status, "the last answer, not the deadline's error")
-	require.Less(t, time.Since(start), 400*time.Millisecond, "returned without waiting for the deadline")
+	require.Less(t, time.Since(start), 2*time.Second, "returned without waiting for the deadline")
 	require.Len(t, log.keys, 1)
 
 	// Backoff shorter than the deadline: retried until the next wait
@@ -183,7 +183,7 @@ func TestTransportStopsAtTheContextDeadline(t *testing.T) {
 	} else {
 		require.Equal(t, http.StatusServiceUnavailable, status)
 	}
-	require.Less(t, time.Since(start), 350*time.Millisecond)
+	require.Less(t, time.Since(start), 300*time.Millisecond+time.Second, "no wait past the deadline (with room for a loaded machine)")
 	flog.mu.Lock()
 	defer flog.mu.Unlock()
 	require.Greater(t, len(flog.keys), 1)
