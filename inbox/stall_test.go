@@ -26,7 +26,10 @@ func TestNoMessageWaitsForAckWait(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			const ackWait = 5 * time.Second
+			// Long enough for a loaded machine's slowest round (5.5 s seen
+			// at load 25): a message that waited for it would not be
+			// applied before it.
+			const ackWait = 20 * time.Second
 			src := b.source("stall", ackWait)
 			h := inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 				if queued {
