@@ -76,3 +76,28 @@ func CreateTopic(brokers []string, name string, partitions int32) error {
 	}
 	return nil
 }
+
+// Stored counts the records of a topic: the sum of its partitions' next
+// offsets (kfake compacts and expires nothing unless told to).
+func Stored(brokers []string, topic string) (int, error) {
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_1_0_0
+	client, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("kafkatest: client: %w", err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return 0, fmt.Errorf("kafkatest: partitions of %s: %w", topic, err)
+	}
+	n := 0
+	for _, p := range parts {
+		off, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return 0, fmt.Errorf("kafkatest: offset of %s/%d: %w", topic, p, err)
+		}
+		n += int(off)
+	}
+	return n, nil
+}
