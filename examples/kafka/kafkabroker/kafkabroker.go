@@ -31,6 +31,10 @@ import (
 // ErrInvalidConfig is returned for a configuration that cannot work.
 var ErrInvalidConfig = errors.New("kafkabroker: invalid config")
 
+// ErrTopicMissing is returned by NewSource for a topic the cluster does not
+// have: a consumer group on it would wait for it silently.
+var ErrTopicMissing = errors.New("kafkabroker: topic missing")
+
 // ErrUnreachable wraps the error of a constructor that reached no broker.
 var ErrUnreachable = errors.New("kafkabroker: no Kafka broker reachable")
 
@@ -187,6 +191,9 @@ func NewSource(ctx context.Context, cfg Config, topics ...string) (*Source, erro
 	if c.Group == "" {
 		return nil, fmt.Errorf("%w: Group is required for a source", ErrInvalidConfig)
 	}
+	if err := topicsExist(c, topics); err != nil {
+		return nil, err
+	}
 	wsub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers: c.Brokers, Unmarshaler: Marshaler(), ConsumerGroup: c.Group,
 		OverwriteSaramaConfig: SubscriberSarama(c), NackResendSleep: kafka.NoSleep, ReconnectRetrySleep: time.Second,
@@ -197,7 +204,7 @@ func NewSource(ctx context.Context, cfg Config, topics ...string) (*Source, erro
 	src, err := asbroker.NewSource(ctx, wsub, &asbroker.SourceConfig{Topics: topics, AckWait: c.AckWait})
 	if err != nil {
 		_ = wsub.Close()
-		return nil, fmt.Errorf("%w (%v): %w", ErrUnreachable, c.Brokers, err)
+		return nil, err
 	}
 	return &Source{Source: src, wsub: wsub}, nil
 }
@@ -207,4 +214,21 @@ func NewSource(ctx context.Context, cfg Config, topics ...string) (*Source, erro
 func (s *Source) Close() {
 	s.Source.Close()
 	_ = s.wsub.Close()
+}
+
+// topicsExist checks that the cluster has every topic: it fails with
+// ErrUnreachable when no broker answers, ErrTopicMissing for a topic it
+// does not have.
+func topicsExist(c Config, topics []string) error {
+	client, err := sarama.NewClient(c.Brokers, saramaConfig(c))
+	if err != nil {
+		return fmt.Errorf("%w (%v): %w", ErrUnreachable, c.Brokers, err)
+	}
+	defer client.Close()
+	for _, t := range topics {
+		if _, err := client.Partitions(t); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrTopicMissing, t, err)
+		}
+	}
+	return nil
 }
