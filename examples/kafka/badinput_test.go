@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -205,4 +206,46 @@ func TestMessageOverMaxBytesParks(t *testing.T) {
 	n, err := w.ob.ParkedCount(context.Background(), w.db.Pool)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
+}
+
+// A rebalance in the middle of a batch: a consumer holds a batch, its
+// first message mid-handler, when a second one joins the group; later the
+// first leaves while at work. Partitions move both times with messages in
+// hand (acked after the move, so their offsets are not committed and the
+// new owner gets them again): every event is applied once.
+func TestRebalanceMidBatch(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	var ids []uuid.UUID
+	batch := func(n int) {
+		var msgs []broker.Message
+		for i := range n {
+			m := w.msg(fmt.Sprintf("k%d", i%8), []byte("1"))
+			msgs = append(msgs, m)
+			ids = append(ids, m.ID)
+		}
+		w.enqueue(t, msgs...)
+	}
+	batch(300)
+	w.startRelay(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a, stopA := w.startConsumer(t, func(*inbox.Message) {
+		once.Do(func() { close(held); <-release })
+	})
+	<-held
+	b, _ := w.startConsumer(t, nil) // joins: the group rebalances
+	close(release)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, w.db.Pool.QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&n))
+		return n >= 150
+	}, 60*time.Second, 10*time.Millisecond)
+	stopA() // leaves mid-stream
+	batch(50)
+	w.applied(t, ids...)
+	sa, sb := a.Stats(), b.Stats()
+	t.Logf("first consumer: %d processed, %d duplicates; second: %d processed, %d duplicates", sa.Processed, sa.Duplicates, sb.Processed, sb.Duplicates)
+	require.Positive(t, sb.Processed, "the second consumer got partitions")
 }
