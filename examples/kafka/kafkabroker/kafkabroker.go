@@ -58,6 +58,12 @@ type Config struct {
 	// one fails at once, before reaching the broker. Defaults to sarama's
 	// 1 MB; keep it at most the broker's message.max.bytes.
 	MaxMessageBytes int
+	// AutoCreateTopics lets a publish or a source create a topic it names
+	// (with the broker's default partitions), where the broker's
+	// auto.create.topics.enable allows it. Off by default: a misspelt topic
+	// is then an error (parked messages, ErrTopicMissing) rather than a
+	// topic nobody reads.
+	AutoCreateTopics bool
 	// Logger receives watermill-kafka's logs. Defaults to none.
 	Logger watermill.LoggerAdapter
 }
@@ -86,14 +92,13 @@ func Marshaler() kafka.MarshalerUnmarshaler {
 }
 
 // saramaConfig is the base configuration of both sides: a missing topic is
-// an error, not created on the fly (a typo would otherwise create a topic
-// nobody reads), and metadata retries are short, so that a broker down at
-// start fails the constructor within seconds.
+// an error unless AutoCreateTopics, and metadata retries are short, so that
+// a broker down at start fails the constructor within seconds.
 func saramaConfig(c Config) *sarama.Config {
 	s := sarama.NewConfig()
 	s.ClientID = "oncekit"
 	s.Version = sarama.V2_1_0_0
-	s.Metadata.AllowAutoTopicCreation = false
+	s.Metadata.AllowAutoTopicCreation = c.AutoCreateTopics
 	s.Metadata.Retry.Max = 3
 	s.Metadata.Retry.Backoff = 250 * time.Millisecond
 	s.Net.DialTimeout = 5 * time.Second
