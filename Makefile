@@ -18,7 +18,7 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 	cd internal/browsertests && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	cd oncekitotel && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
-	cd examples/kafka && $(GO) vet ./...
+	cd examples/kafka && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	cd examples/sqs && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	cd examples/orm && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 
@@ -42,13 +42,19 @@ quickstart: ## the README's quickstart: pool, migrations, stream, outbox, relay,
 PAYMENTS_SQL := SELECT id FROM payments_demo.payments
 LEDGER_ONCE  := SELECT p.id FROM payments_demo.payments p LEFT JOIN payments_demo.ledger_entries l ON l.payment_id = p.id GROUP BY p.id HAVING count(l.id) <> 1
 
-demo: ## the payments example end to end on the local services, then `oncekit drift` on its tables
+BROKER ?=
+
+demo: ## the payments example end to end on the local services, then `oncekit drift` on its tables (BROKER=kafka: the Kafka example, on a Kafka cluster in its process)
+ifeq ($(BROKER),kafka)
+	cd examples/kafka && $(GO) run .
+else
 	$(GO) run ./examples/payments demo
 	@echo; echo '$$ oncekit drift --schema payments_demo --expect … --rule …'
 	cd cmd/oncekit && $(GO) run . drift --schema payments_demo \
 		--expect 'payment_captured=provider.capture:$(PAYMENTS_SQL)' \
 		--expect 'payment_receipted=receipt.email:$(PAYMENTS_SQL)' \
 		--rule 'ledger_once=$(LEDGER_ONCE)'
+endif
 
 DURATION ?= 2m
 BROKEN   ?=

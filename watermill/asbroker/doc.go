@@ -3,8 +3,9 @@
 // (Publisher), and the inbox consumes a watermill message.Subscriber
 // (Source). Its sibling, watermill/aspubsub, goes the other way: oncekit
 // as a watermill Pub/Sub. It depends on package broker and watermill
-// only, and passes broker/brokertest on RabbitMQ (watermill-amqp) and Redis
-// Streams (watermill-redisstream).
+// only, and passes broker/brokertest on RabbitMQ (watermill-amqp), Redis
+// Streams (watermill-redisstream) and Kafka (watermill-kafka, in
+// examples/kafka).
 //
 // Every guarantee of the inbox holds: the consumer claims each message's
 // event ID in processed_messages in the handler's transaction and acks only
