@@ -162,6 +162,11 @@ func ReadFile(path string) ([]Database, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
+	return parseList(path, b)
+}
+
+// parseList parses and checks the database list b read from path.
+func parseList(path string, b []byte) ([]Database, error) {
 	var dbs []Database
 	if err := json.Unmarshal(b, &dbs); err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, redact.String(err.Error()))

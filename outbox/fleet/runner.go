@@ -85,7 +85,10 @@ func (r *runner) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	budget := Budget(parts, cfg.Replicas, cfg.MaxConnsPerDatabase)
+	// Those that serve it share its partitions: k of the members, or all
+	// of them when fewer (sized at start; a later change of the members
+	// moves leases within the same pools).
+	budget := Budget(parts, min(cfg.Replicas, max(len(r.f.Members()), 1)), cfg.MaxConnsPerDatabase)
 	pool, err := r.pool(ctx, budget)
 	if err != nil {
 		return err
