@@ -205,3 +205,8 @@ func testLogger() *slog.Logger {
 	}
 	return slog.New(slog.DiscardHandler)
 }
+
+// nopPublisher is a Publisher for tests that publish nothing.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, []broker.Message) []broker.Result { return nil }
