@@ -61,6 +61,7 @@ func TestAssignMemberLeavingMovesItsShareOnly(t *testing.T) {
 		}
 	}
 	share := float64(moved) / float64(len(dbs)*k)
+	t.Logf("%d of %d assignments moved (%.3f; 1/n = %.3f)", moved, len(dbs)*k, share, 1.0/n)
 	require.InDelta(t, 1.0/n, share, 0.3/n, "share of the assignments moved: %d of %d", moved, len(dbs)*k)
 
 	// And joining takes only what the newcomer wins.
