@@ -77,7 +77,12 @@ func TestADatabaseDownDelaysNoOther(t *testing.T) {
 	refused := fleet.Database{Name: "refused", URL: through(t, cutURL, testenv.FreeAddr(t))}
 	hung := fleet.Database{Name: "hung", URL: through(t, cutURL, testenv.StartBlackhole(t))}
 
-	m := w.start(t, w.config("m1"), healthy.def, cut.def, refused, hung)
+	cfg := w.config("m1")
+	// A connection attempt to the hung database lasts this long: a
+	// database that held another up would show it in the healthy one's
+	// latency.
+	cfg.ConnectTimeout = 10 * time.Second
+	m := w.start(t, cfg, healthy.def, cut.def, refused, hung)
 	w.pub.waitPublished(t, append(w.enqueue(t, healthy, "h", 5), w.enqueue(t, cut, "c", 5)...), 20*time.Second)
 	before := latencies(t, w, healthy, 20)
 
@@ -91,7 +96,7 @@ func TestADatabaseDownDelaysNoOther(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return failures("refused") >= 2 && failures("hung") >= 1 && failures("cut") >= 1 &&
 			testenv.Metric(t, m.reg, "oncekit_fleet_database_up", "database", "cut") == 0
-	}, 30*time.Second, 50*time.Millisecond, "the broken databases counted and reported down")
+	}, 60*time.Second, 50*time.Millisecond, "the broken databases counted and reported down")
 	require.Equal(t, 1.0, testenv.Metric(t, m.reg, "oncekit_fleet_database_up", "database", "healthy"))
 	require.Zero(t, testenv.Metric(t, m.reg, "oncekit_fleet_database_failures_total", "database", "healthy"))
 	require.Zero(t, w.pub.published(stranded))
@@ -102,7 +107,10 @@ func TestADatabaseDownDelaysNoOther(t *testing.T) {
 		return ds[len(ds)*99/100]
 	}
 	t.Logf("healthy commit-to-publish p99: %v before the faults, %v during them (%d events)", p99(before), p99(during), len(during))
-	require.Less(t, p99(during), time.Second, "the healthy database's events are not held up")
+	// On a shared machine the latency moves with its load (tens of ms when
+	// quiet, seconds when not); a database held up behind the hung one
+	// would wait out its 10s connection attempts.
+	require.Less(t, p99(during), cfg.ConnectTimeout/2, "the healthy database's events are not held up")
 }
 
 // latencies commits n events into d, one every 20ms, waits until all are
