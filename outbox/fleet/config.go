@@ -52,7 +52,8 @@ type Config struct {
 	// MemberTTL is how long a member's entry outlives its last refresh;
 	// entries are refreshed, and the assignment recomputed, every
 	// MemberTTL/3. A member gone without leaving is replaced after at most
-	// MemberTTL. Defaults to 15s.
+	// MemberTTL. Every member of a fleet must use the same (the bucket
+	// holds one TTL). Defaults to 15s.
 	MemberTTL time.Duration
 	// MaxConnsPerDatabase caps Budget, the connections this member opens to
 	// one database. Defaults to 5; at least 2.

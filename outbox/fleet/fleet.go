@@ -215,6 +215,14 @@ func (f *Fleet) reconcile(ctx context.Context, want map[string]Database) {
 		}
 	}
 	f.m.owned.Set(float64(len(f.runners)))
+	if want == nil {
+		// Those stopped earlier too: Run returns once every relay has.
+		for _, r := range f.stopping {
+			if !slices.Contains(stopped, r) {
+				stopped = append(stopped, r)
+			}
+		}
+	}
 	f.mu.Unlock()
 	if want == nil {
 		for _, r := range stopped {

@@ -18,8 +18,8 @@ type members struct {
 	key string
 }
 
-// joinBucket creates the bucket if missing (a bucket made with another TTL
-// is an error: members would disagree on who is alive).
+// joinBucket creates the bucket, or updates it to c's TTL: the members of
+// a fleet must share MemberTTL (the last to start sets it).
 func joinBucket(ctx context.Context, js jetstream.JetStream, c *Config) (*members, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      c.Bucket,
