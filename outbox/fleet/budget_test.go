@@ -18,6 +18,7 @@ import (
 // its budget (MaxConnsPerDatabase 3, below the 16 partitions it could
 // hold), counted in pg_stat_activity by their application_name.
 func TestConnectionsStayWithinTheBudget(t *testing.T) {
+	testenv.RequireDirect(t, "counts server connections by application_name, which a pooler's server connections keep from their last client")
 	t.Parallel()
 	w := newWorld(t)
 	d := newOutboxDB(t, "db")
