@@ -16,6 +16,17 @@ import (
 	"github.com/oncekit/oncekit/outbox/fleet"
 )
 
+// fleetConfigFlags names the flags of the fleet.Config fields and of its
+// relays' template.
+var fleetConfigFlags = func() configFlags {
+	m := configFlags{"Bucket": "--fleet-bucket", "Replicas": "--fleet-replicas",
+		"MaxConnsPerDatabase": "--fleet-max-conns", "MemberTTL": "--fleet-member-ttl"}
+	for k, v := range relayFlags {
+		m[k] = v
+	}
+	return m
+}()
+
 // fleetFlags are `oncekit relay`'s flags of a fleet member (--fleet FILE).
 type fleetFlags struct {
 	file     string
@@ -72,7 +83,7 @@ func (f *fleetFlags) run(ctx context.Context, log *slog.Logger, reg *prometheus.
 	member, err := fleet.New(js, pub, &fleet.Config{ID: relay.ID, Bucket: f.bucket, Replicas: f.replicas,
 		MaxConnsPerDatabase: f.maxConns, MemberTTL: f.ttl, Relay: relay, Logger: log, Registerer: reg})
 	if err != nil {
-		return usagef("%v", err)
+		return fleetConfigFlags.usage(err)
 	}
 	if err := member.Set(dbs); err != nil {
 		return usagef("--fleet: %v", err)

@@ -90,6 +90,10 @@ func TestRelayFleetServesTheFileDatabases(t *testing.T) {
 
 func TestRelayFleetFlags(t *testing.T) {
 	t.Parallel()
+	n := testenv.NewNATS(t)
+	file, bad := filepath.Join(t.TempDir(), "fleet.json"), filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(file, []byte(`[{"name":"a","url":"postgres://u:s3cret@h/a"}]`), 0o600))
+	require.NoError(t, os.WriteFile(bad, []byte(`[{"name":"a","url":"postgres://u:s3cret@h/a"},{"name":"a","url":"postgres://u:s3cret@h/b"}]`), 0o600))
 	for _, c := range []struct {
 		args []string
 		want string
@@ -97,10 +101,17 @@ func TestRelayFleetFlags(t *testing.T) {
 		{[]string{"relay", "--fleet-replicas", "2"}, "--fleet-replicas needs --fleet"},
 		{[]string{"relay", "--fleet", "f.json", "--logical"}, "--logical does not apply"},
 		{[]string{"relay", "--fleet", "f.json", "--fleet-reload", "0s"}, "--fleet-reload: 0s is not positive"},
+		{[]string{"relay", "--fleet", file, "--lease", "1ms"}, "--lease: 1ms is below 300ms"},
+		{[]string{"relay", "--fleet", file, "--fleet-member-ttl", "10ms"}, "--fleet-member-ttl: 10ms is below 1s"},
+		{[]string{"relay", "--fleet", file, "--fleet-max-conns", "1"}, "--fleet-max-conns: 1 is below 2"},
+		{[]string{"relay", "--fleet", bad}, `database "a" listed twice`},
 	} {
 		var stderr testenv.SyncBuffer
-		e := &env{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+		e := &env{stdout: io.Discard, stderr: &stderr, getenv: func(k string) string {
+			return map[string]string{"NATS_URL": n.URL}[k]
+		}}
 		require.Equal(t, 2, run(context.Background(), e, c.args), "%v", c.args)
 		require.Contains(t, stderr.String(), c.want)
+		require.NotContains(t, stderr.String(), "s3cret")
 	}
 }

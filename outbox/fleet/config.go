@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/nodeid"
 	"github.com/oncekit/oncekit/internal/pgsql"
 	"github.com/oncekit/oncekit/internal/redact"
@@ -81,11 +82,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// withDefaults returns a copy of c (the zero Config if nil) with defaults
+// set.
 func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
+	out := cfgerr.CopyOf(c)
 	if out.ID == "" {
 		out.ID = nodeid.New()
 	}
@@ -101,23 +101,22 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
+// validate returns an error naming the first bad field, wrapping
+// ErrInvalidConfig.
 func (c *Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: Config.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	bad := cfgerr.For(ErrInvalidConfig, "fleet: Config")
+	if err := bad.IfNegative(c, "Replicas", "MaxConnsPerDatabase", "ConnectTimeout", "MinBackoff", "MaxBackoff"); err != nil {
+		return err
 	}
 	switch {
 	case !validKey.MatchString(c.Bucket):
-		return bad("Bucket", "%q is not a bucket name", c.Bucket)
-	case c.Replicas < 1:
-		return bad("Replicas", "%d is below 1", c.Replicas)
+		return bad("Bucket", "%q is not a bucket name (letters, digits, '_', '-')", c.Bucket)
 	case c.MemberTTL < time.Second:
 		return bad("MemberTTL", "%v is below 1s", c.MemberTTL)
 	case c.MaxConnsPerDatabase < 2:
 		return bad("MaxConnsPerDatabase", "%d is below 2", c.MaxConnsPerDatabase)
-	case c.ConnectTimeout < 0:
-		return bad("ConnectTimeout", "%v is negative", c.ConnectTimeout)
-	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
-		return bad("MaxBackoff", "%v and MinBackoff %v are not 0 <= MinBackoff <= MaxBackoff", c.MaxBackoff, c.MinBackoff)
+	case c.MaxBackoff < c.MinBackoff:
+		return bad("MaxBackoff", "%v is below MinBackoff (%v)", c.MaxBackoff, c.MinBackoff)
 	}
 	return nil
 }

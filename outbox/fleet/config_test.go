@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/outbox/fleet"
 )
 
@@ -29,7 +30,11 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		require.ErrorIs(t, err, fleet.ErrInvalidConfig, c.name)
 		require.ErrorContains(t, err, "Config."+c.name)
 	}
-	_, err := fleet.New(nil, nopPublisher{}, nil)
+	_, err := fleet.New(n.JS, nopPublisher{}, &fleet.Config{Relay: outbox.RelayConfig{Lease: time.Millisecond}})
+	require.ErrorIs(t, err, fleet.ErrInvalidConfig)
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	require.ErrorContains(t, err, "RelayConfig.Lease: 1ms is below 300ms")
+	_, err = fleet.New(nil, nopPublisher{}, nil)
 	require.ErrorIs(t, err, fleet.ErrInvalidConfig)
 	_, err = fleet.New(n.JS, nil, nil)
 	require.ErrorIs(t, err, fleet.ErrInvalidConfig)

@@ -48,6 +48,9 @@ func New(js jetstream.JetStream, pub broker.Publisher, cfg *Config) (*Fleet, err
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	if err := c.Relay.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: the relays' template: %w", ErrInvalidConfig, err)
+	}
 	m, err := newMetrics(c.Registerer)
 	if err != nil {
 		return nil, err
