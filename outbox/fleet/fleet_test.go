@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -131,4 +132,29 @@ func TestEveryEventPublishedOnceAcrossMembers(t *testing.T) {
 	w.pub.waitPublished(t, msgs, 30*time.Second)
 	w.pub.requireOnce(t, msgs)
 	t.Logf("%d events over %d databases, each published once", len(msgs), len(outs))
+}
+
+// Two fleets (two buckets) pointed at one database do not see each other:
+// both serve it, their relays share its partitions through the leases,
+// and every event is published once.
+func TestTwoFleetsOnOneDatabasePublishOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	d := newOutboxDB(t, "shared")
+	a, b := w.config("a1"), w.config("b1")
+	b.Bucket = w.name + "_other"
+	w.start(t, a, d.def)
+	w.start(t, b, d.def)
+	owners := func() (n int) {
+		require.NoError(t, d.db.Pool.QueryRow(context.Background(),
+			`SELECT count(DISTINCT owner) FROM relay_partitions WHERE expires_at > now()`).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return owners() == 2 }, 20*time.Second, 20*time.Millisecond, "both fleets hold leases")
+	var msgs []broker.Message
+	for i := range 20 {
+		msgs = append(msgs, w.enqueue(t, d, fmt.Sprintf("k%d", i), 25)...)
+	}
+	w.pub.waitPublished(t, msgs, 30*time.Second)
+	w.pub.requireOnce(t, msgs)
 }
