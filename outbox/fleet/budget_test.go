@@ -33,7 +33,7 @@ func TestConnectionsStayWithinTheBudget(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(ms[0].f.Members()) == 2 && len(ms[1].f.Members()) == 2 &&
 			len(ms[0].f.Databases()) == 1 && len(ms[1].f.Databases()) == 1
-	}, 20*time.Second, 20*time.Millisecond)
+	}, 60*time.Second, 20*time.Millisecond)
 
 	var peak [2]atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())

@@ -54,7 +54,7 @@ func TestMembersShareDatabasesByRendezvous(t *testing.T) {
 	for _, id := range []string{"m1", "m2", "m3"} {
 		ms[id] = w.start(t, w.config(id), dbs...)
 	}
-	require.Eventually(t, func() bool { return served(ms, dbs, 2) }, 20*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return served(ms, dbs, 2) }, 60*time.Second, 50*time.Millisecond,
 		"each database served by the 2 members Assign gives it")
 	total := 0
 	for _, m := range ms {
@@ -64,7 +64,7 @@ func TestMembersShareDatabasesByRendezvous(t *testing.T) {
 
 	ms["m2"].stop()
 	delete(ms, "m2")
-	require.Eventually(t, func() bool { return served(ms, dbs, 2) }, 20*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return served(ms, dbs, 2) }, 60*time.Second, 50*time.Millisecond,
 		"the two left serve every database")
 	for _, m := range ms {
 		require.Len(t, m.f.Databases(), len(dbs))
@@ -121,15 +121,15 @@ func TestEveryEventPublishedOnceAcrossMembers(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Clone(all)
 	}
-	require.Eventually(t, func() bool { return w.pub.published(written()) > 300 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return w.pub.published(written()) > 300 }, 60*time.Second, 20*time.Millisecond)
 	m1.stop() // leaves: its databases move while writers write
-	require.Eventually(t, func() bool { return w.pub.published(written()) > 900 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return w.pub.published(written()) > 900 }, 60*time.Second, 20*time.Millisecond)
 	_ = w.start(t, w.config("m4"), dbs...) // joins: takes some over
 	m2.stop()
-	require.Eventually(t, func() bool { return w.pub.published(written()) > 1500 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return w.pub.published(written()) > 1500 }, 60*time.Second, 20*time.Millisecond)
 	halt()
 	msgs := written()
-	w.pub.waitPublished(t, msgs, 30*time.Second)
+	w.pub.waitPublished(t, msgs, 60*time.Second)
 	w.pub.requireOnce(t, msgs)
 	t.Logf("%d events over %d databases, each published once", len(msgs), len(outs))
 }
@@ -150,11 +150,11 @@ func TestTwoFleetsOnOneDatabasePublishOnce(t *testing.T) {
 			`SELECT count(DISTINCT owner) FROM relay_partitions WHERE expires_at > now()`).Scan(&n))
 		return n
 	}
-	require.Eventually(t, func() bool { return owners() == 2 }, 20*time.Second, 20*time.Millisecond, "both fleets hold leases")
+	require.Eventually(t, func() bool { return owners() == 2 }, 60*time.Second, 20*time.Millisecond, "both fleets hold leases")
 	var msgs []broker.Message
 	for i := range 20 {
 		msgs = append(msgs, w.enqueue(t, d, fmt.Sprintf("k%d", i), 25)...)
 	}
-	w.pub.waitPublished(t, msgs, 30*time.Second)
+	w.pub.waitPublished(t, msgs, 60*time.Second)
 	w.pub.requireOnce(t, msgs)
 }

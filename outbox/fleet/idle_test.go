@@ -126,7 +126,7 @@ func idleCost(t *testing.T, poll time.Duration) {
 		return testenv.Metric(t, m.reg, "oncekit_outbox_partitions_owned", "database", "idle")
 	}
 	require.Eventually(t, func() bool { return owned() == 16 }, 60*time.Second, 50*time.Millisecond)
-	w.pub.waitPublished(t, w.enqueue(t, d, "k", 1), 30*time.Second) // past the first look
+	w.pub.waitPublished(t, w.enqueue(t, d, "k", 1), 60*time.Second) // past the first look
 
 	const window = 20 * time.Second
 	before := rt.n.Load()

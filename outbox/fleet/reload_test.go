@@ -45,12 +45,12 @@ func TestSetAddsAndRemovesDatabasesWithoutRestart(t *testing.T) {
 	w := newWorld(t)
 	a, b := newOutboxDB(t, "a"), newOutboxDB(t, "b")
 	m := w.start(t, w.config("m1"), a.def)
-	w.pub.waitPublished(t, w.enqueue(t, a, "x", 5), 20*time.Second)
+	w.pub.waitPublished(t, w.enqueue(t, a, "x", 5), 60*time.Second)
 	early := w.enqueue(t, b, "y", 5) // b is not in the set yet
 	require.Zero(t, w.pub.published(early))
 
 	require.NoError(t, m.f.Set([]fleet.Database{a.def, b.def}))
-	w.pub.waitPublished(t, early, 20*time.Second)
+	w.pub.waitPublished(t, early, 60*time.Second)
 	require.Eventually(t, func() bool { return hasSeries(t, m, "oncekit_outbox_published_total", "b") }, 5*time.Second, 20*time.Millisecond,
 		"b's relay series, labelled")
 
@@ -58,9 +58,9 @@ func TestSetAddsAndRemovesDatabasesWithoutRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(m.f.Databases()) == 1 && !hasSeries(t, m, "oncekit_outbox_published_total", "b") &&
 			!hasSeries(t, m, "oncekit_fleet_database_up", "b")
-	}, 20*time.Second, 20*time.Millisecond, "b's relay stopped and its series gone")
+	}, 60*time.Second, 20*time.Millisecond, "b's relay stopped and its series gone")
 	late := w.enqueue(t, b, "y", 5)
-	w.pub.waitPublished(t, w.enqueue(t, a, "x", 5), 20*time.Second)
+	w.pub.waitPublished(t, w.enqueue(t, a, "x", 5), 60*time.Second)
 	require.Zero(t, w.pub.published(late), "b is no longer served")
 	var leases int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
@@ -104,19 +104,19 @@ func TestWatchFileReloads(t *testing.T) {
 	databases := func(want ...string) func() bool {
 		return func() bool { return assertEqualNames(m.f.Databases(), want) }
 	}
-	require.Eventually(t, databases("a"), 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, databases("a"), 60*time.Second, 20*time.Millisecond)
 	writeList(t, path, a.def, b.def)
-	require.Eventually(t, databases("a", "b"), 20*time.Second, 20*time.Millisecond)
-	w.pub.waitPublished(t, w.enqueue(t, b, "y", 3), 20*time.Second)
+	require.Eventually(t, databases("a", "b"), 60*time.Second, 20*time.Millisecond)
+	w.pub.waitPublished(t, w.enqueue(t, b, "y", 3), 60*time.Second)
 
 	require.NoError(t, os.WriteFile(path, []byte(`[{"name":"a","url":""}]`), 0o600))
 	_, err = fleet.ReadFile(path)
 	require.ErrorIs(t, err, fleet.ErrInvalidConfig)
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "database list refused") }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "database list refused") }, 60*time.Second, 20*time.Millisecond)
 	require.NotContains(t, logs.String(), "postgres://", "no URL in the logs")
 	require.Equal(t, []string{"a", "b"}, m.f.Databases(), "the set in force stays")
 	writeList(t, path, b.def)
-	require.Eventually(t, databases("b"), 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, databases("b"), 60*time.Second, 20*time.Millisecond)
 }
 
 func assertEqualNames(got, want []string) bool {
