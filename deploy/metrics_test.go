@@ -21,6 +21,7 @@ import (
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/outbox/fleet"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
 )
@@ -83,6 +84,8 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	_, err = idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema, Registerer: rec})
 	require.NoError(t, err)
 	_, err = drift.New(db.Pool, &drift.Config{Schema: db.Schema, Registerer: rec})
+	require.NoError(t, err)
+	_, err = fleet.New(nc.JS, pub, &fleet.Config{Registerer: rec})
 	require.NoError(t, err)
 
 	oncekit := map[string]bool{}

@@ -75,3 +75,12 @@ func TestNewRelayRejectsNilArguments(t *testing.T) {
 	_, err := NewRelay(nil, nil, nil, nil)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
+
+// RelayConfig.Validate is NewRelay's check without a pool.
+func TestRelayConfigValidateExported(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, (*RelayConfig)(nil).Validate())
+	require.NoError(t, (&RelayConfig{Lease: time.Second}).Validate())
+	cfgerrtest.RequireField(t, (&RelayConfig{Lease: time.Millisecond}).Validate(), ErrInvalidConfig,
+		"outbox: RelayConfig.Lease", "1ms is below 300ms")
+}

@@ -252,8 +252,16 @@ func withTrace(h map[string]string, tc tracecontext.Carrier) map[string]string {
 	return out
 }
 
+// PartitionCount returns the outbox's partition count (relay_partitions,
+// which the migrations fill), read from q once and then remembered: for a
+// caller that sizes a relay's pool before it starts.
+func (o *Outbox) PartitionCount(ctx context.Context, q oncekit.Querier) (int, error) {
+	return o.partitionCount(ctx, q)
+}
+
 // partitionCount returns the number of partitions, read from the
 // database once (relay_partitions, which the migrations fill).
+
 func (o *Outbox) partitionCount(ctx context.Context, q oncekit.Querier) (int, error) {
 	if n := o.partitions.Load(); n > 0 {
 		return int(n), nil

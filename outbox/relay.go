@@ -180,6 +180,15 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	return out
 }
 
+// Validate returns the error NewRelay would return for c (nil: the zero
+// RelayConfig), naming its first bad field and wrapping ErrInvalidConfig:
+// for a caller that checks a configuration before it has a pool, such as
+// the template of a relay fleet's relays.
+func (c *RelayConfig) Validate() error {
+	d := c.withDefaults()
+	return d.validate()
+}
+
 // validate returns an error naming the first bad field, wrapping
 // ErrInvalidConfig.
 func (c *RelayConfig) validate() error {

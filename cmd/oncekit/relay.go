@@ -48,6 +48,8 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	)
 	fs.Var(&replURLFlag, "replication-url", "PostgreSQL `URL` of --logical's replication stream and lease, which need a direct connection to the server, not a pooler's (default: env ONCEKIT_REPLICATION_URL, else the database URL); the rest may go through a pooler")
 	fs.Var(&standbyURLFlag, "standby-url", "PostgreSQL `URL` of a standby a failover may promote (PostgreSQL 17, sync_replication_slots): --logical reads its copy of the slot into oncekit_outbox_logical_standby_slot_ready (default: env ONCEKIT_STANDBY_URL, else none and no such gauge)")
+	var ff fleetFlags
+	ff.register(fs)
 	fs.Var(&listenFlag, "listen", "`ADDR` serving /healthz and /metrics, e.g. 127.0.0.1:9090 (default: env ONCEKIT_LISTEN, else off)")
 	fs.StringVar(&cfg.ID, "id", "", "name of this relay in the lease tables (default hostname-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", 1000, "most rows read and published at once per partition")
@@ -96,18 +98,23 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if err := checkURL(standbyURL); standbyURL != "" && err != nil {
 		return usagef("--standby-url: %v", err)
 	}
-	// Enough connections for a worker per partition (up to 64) plus the
-	// loops; the pool opens them only as they are needed.
-	db.maxConns = 64 + 4
-	component := migrations.Relay
-	if *logical {
-		component = migrations.LogicalRelay
-	}
-	pool, err := db.openFor(ctx, component)
-	if err != nil {
+	if err := ff.check(fs); err != nil {
 		return err
 	}
-	defer pool.Close()
+	var pool *pgxpool.Pool
+	if ff.file == "" { // a fleet opens a pool per database it serves
+		// Enough connections for a worker per partition (up to 64) plus the
+		// loops; the pool opens them only as they are needed.
+		db.maxConns = 64 + 4
+		component := migrations.Relay
+		if *logical {
+			component = migrations.LogicalRelay
+		}
+		if pool, err = db.openFor(ctx, component); err != nil {
+			return err
+		}
+		defer pool.Close()
+	}
 	nc, err := nf.connect("oncekit relay")
 	if err != nil {
 		return err
@@ -139,6 +146,9 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	}
 	if *slot != "" && !*logical {
 		return usagef("--slot needs --logical")
+	}
+	if ff.file != "" {
+		return ff.run(ctx, log, reg, listen, nc, pub, cfg)
 	}
 	ob, err := outbox.New(&outbox.Config{Schema: db.schema(), Logical: *logical, Slot: *slot})
 	if err != nil {

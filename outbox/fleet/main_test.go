@@ -1,0 +1,9 @@
+package fleet_test
+
+import (
+	"testing"
+
+	"github.com/oncekit/oncekit/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.Main(m) }
