@@ -456,7 +456,7 @@ func e2eOncekit(b *testing.B, rate, secs int, logical bool) e2eResult {
 			b.Fatal(err)
 		}
 		defer dropSlot(w.db, "oncekit_"+w.db.Schema)
-		relay, err = outbox.NewLogicalRelay(w.prod, w.db.URL, ob, pub, &outbox.LogicalRelayConfig{Logger: relayBenchLogger()})
+		relay, err = outbox.NewLogicalRelay(w.prod, ob, pub, &outbox.LogicalRelayConfig{Logger: relayBenchLogger()})
 	} else {
 		relay, err = outbox.NewRelay(w.prod, ob, pub, &outbox.RelayConfig{Logger: relayBenchLogger()})
 	}

@@ -201,7 +201,7 @@ func drainLogical(b *testing.B, w *relayWorld, msgs []broker.Message) time.Durat
 	if err != nil {
 		b.Fatal(err)
 	}
-	relay, err := outbox.NewLogicalRelay(w.pool, w.db.URL, ob, pub, &outbox.LogicalRelayConfig{
+	relay, err := outbox.NewLogicalRelay(w.pool, ob, pub, &outbox.LogicalRelayConfig{
 		Logger: relayBenchLogger(), BatchSize: relayEnvInt("ONCEKIT_BENCH_BATCH", 1000),
 		Table: outbox.RelayConfig{Retention: -1},
 	})

@@ -70,7 +70,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	require.NoError(t, err)
 	lob, err := outbox.New(&outbox.Config{Schema: db.Schema, Logical: true})
 	require.NoError(t, err)
-	_, err = outbox.NewLogicalRelay(db.Pool, db.URL, lob, pub, &outbox.LogicalRelayConfig{Registerer: rec,
+	_, err = outbox.NewLogicalRelay(db.Pool, lob, pub, &outbox.LogicalRelayConfig{Registerer: rec,
 		Standby: db.Pool}) // a standby's gauges too
 	require.NoError(t, err)
 	inbox.NewMetrics(rec, "c")

@@ -101,7 +101,7 @@ func TestPrometheusFiresTheInactiveSlotAlert(t *testing.T) {
 	pub, err := natsjs.NewPublisher(nc.Conn, nil)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	relay, err := outbox.NewLogicalRelay(db.Pool, db.URL, ob, pub, &outbox.LogicalRelayConfig{
+	relay, err := outbox.NewLogicalRelay(db.Pool, ob, pub, &outbox.LogicalRelayConfig{
 		Registerer: reg, StatusInterval: 400 * time.Millisecond})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -257,4 +258,24 @@ func (c *Consumer) recordDead(ctx context.Context, q oncekit.Querier, it *item, 
 		return false, nil
 	}
 	return true, nil
+}
+
+// deadKind is the metric label of a message dead-lettered before its
+// handler ran, by its reason.
+func deadKind(reason string) string {
+	switch {
+	case reason == ReasonNoID:
+		return "no_id"
+	case strings.HasPrefix(reason, reasonUnauthenticated):
+		return "unauthenticated"
+	}
+	return "invalid_id"
+}
+
+// deadLetter is the dead letter of it, for reason.
+func (c *Consumer) deadLetter(it *item, reason string) DeadLetter {
+	return DeadLetter{
+		Consumer: c.cfg.Name, MessageID: it.rawID, Subject: it.d.Subject(), Payload: it.d.Data(),
+		Headers: it.d.Headers(), Reason: reason, Attempts: it.attempt,
+	}
 }

@@ -1,15 +1,6 @@
 package inbox
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"strings"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-)
+import "context"
 
 type outcomeKind int
 
@@ -50,12 +41,7 @@ func (c *Consumer) processOut(ctx context.Context, items []*item) ([]*item, []ou
 	}
 	out := make([]outcome, len(items))
 	if err := c.runBatch(ctx, items, out); err != nil {
-		keep := c.keepDuplicates(ctx)
-		for i := range out {
-			if out[i].kind != outDuplicate || !keep {
-				out[i] = outcome{kind: outRetry, err: err}
-			}
-		}
+		c.redoAll(ctx, out, outRetry, err)
 	}
 	return c.settle(ctx, items, out), out
 }
@@ -106,20 +92,16 @@ func (c *Consumer) runBatch(ctx context.Context, items []*item, out []outcome) e
 		}
 	}
 	if len(items) <= maxSavepoints {
-		return c.runIsolated(ctx, items, out, nil)
+		_, err := c.runTx(ctx, isolated(len(items)), items, out, nil)
+		return err
 	}
 	// In parts of at most maxSavepoints, each its own transaction; in
 	// ordered mode a key held back by a part holds the later parts too.
 	blocked := map[string]bool{}
 	for lo := 0; lo < len(items); lo += maxSavepoints {
 		part, pout := items[lo:min(lo+maxSavepoints, len(items))], out[lo:min(lo+maxSavepoints, len(items))]
-		if err := c.runIsolated(ctx, part, pout, blocked); err != nil {
-			keep := c.keepDuplicates(ctx)
-			for i := range pout {
-				if pout[i].kind != outDuplicate || !keep {
-					pout[i] = outcome{kind: outRetry, err: err}
-				}
-			}
+		if _, err := c.runTx(ctx, isolated(len(part)), part, pout, blocked); err != nil {
+			c.redoAll(ctx, pout, outRetry, err)
 		}
 		for i, it := range part {
 			switch pout[i].kind {
@@ -150,10 +132,12 @@ const (
 	savepoints
 )
 
-// runTx runs items in one transaction, one way: the claim stage (beginTx:
-// the transaction and the claims, one round trip; admit), the run of each
-// admitted message (runMessage), and the settle stage (commitTx: releases,
-// dead letters, COMMIT). It fills out and returns the index of the message
+// runTx runs items in one transaction, one way, through the stages of a
+// batch, each in its file, none calling back here: the claim stage
+// (claim.go; beginTx: the transaction and the claims, one round trip;
+// admit), the handle stage (handle.go; runMessage for each admitted
+// message), and the settle stage (settle.go; commitTx: releases, dead
+// letters, COMMIT). It fills out and returns the index of the message
 // whose failure rolled the whole transaction back (-1: none; only plain
 // does), and an error when the transaction as a whole failed. In ordered
 // mode a key in blocked (nil: none) waits behind an earlier failure.
@@ -185,164 +169,11 @@ func (c *Consumer) runTx(ctx context.Context, mode runMode, items []*item, out [
 	return -1, nil
 }
 
-// runMessage runs message i of r's transaction and sets its outcome. ended
-// reports that the transaction is over without a commit: rolled back at
-// this message's failure (rolledBack, plain), given up on (alone), or
-// failed (err).
-func (c *Consumer) runMessage(ctx context.Context, mode runMode, r *txRun, i int) (rolledBack int, ended bool, err error) {
-	it := r.items[i]
-	var sp *savepointTx
-	on := pgx.Tx(r.tx)
-	if mode == savepoints {
-		sp = newSavepointTx(r.tx)
-		on = sp
+// isolated is the mode of a run in which a handler failure undoes only
+// itself: alone for one message, with savepoints for more.
+func isolated(n int) runMode {
+	if n == 1 {
+		return alone
 	}
-	herr := c.call(ctx, r.q.on(on, i), it.msg)
-	if mode == plain {
-		if r.q.failed >= 0 {
-			// A statement queued by this message or an earlier one failed
-			// when this handler sent one of its own.
-			return c.queueFailed(ctx, r), true, nil
-		}
-	} else if herr == nil {
-		// What the message queued goes now, alone or under its savepoint.
-		herr = r.q.flush(ctx)
-	}
-	if mode != plain {
-		r.q.reset()
-	}
-	if herr == nil {
-		r.out[i] = outcome{kind: outProcessed}
-		return -1, false, nil
-	}
-	r.out[i] = c.failure(r.tx, it, herr)
-	switch mode {
-	case plain:
-		r.rollback(ctx)
-		return i, true, nil
-	case alone:
-		r.rollback(ctx)
-		if r.out[i].kind == outDead {
-			recorded, derr := c.recordDead(ctx, c.db, it, c.deadLetter(it, r.out[i].reason))
-			switch {
-			case derr != nil:
-				c.watch.Failed("dead_letter", derr)
-				r.out[i] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
-			case !recorded:
-				r.out[i].kind = outDropped
-			default:
-				c.watch.OK("dead_letter")
-			}
-		}
-		return -1, true, nil
-	}
-	if !sp.undo(ctx) {
-		return -1, true, fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
-	}
-	if r.claimed != nil {
-		r.release = append(r.release, it.msg.ID)
-	}
-	if r.out[i].kind == outDead {
-		r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, r.out[i].reason)})
-	} else if it.msg.Key != "" {
-		r.blocked[it.msg.Key] = true
-	}
-	return -1, false, nil
-}
-
-// runIsolated runs a batch in which a handler failure undoes only itself:
-// alone for one message, with savepoints for more.
-func (c *Consumer) runIsolated(ctx context.Context, items []*item, out []outcome, blocked map[string]bool) error {
-	mode := savepoints
-	if len(items) == 1 {
-		mode = alone
-	}
-	_, err := c.runTx(ctx, mode, items, out, blocked)
-	return err
-}
-
-// call runs the handler with tx and the message's trace context, turning a
-// panic into an error.
-func (c *Consumer) call(ctx context.Context, tx pgx.Tx, msg *Message) (err error) {
-	ctx = c.cfg.Propagator.Extract(ctx, msg.Headers)
-	start := time.Now()
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %v", ErrPanic, r)
-		}
-		c.m.handlerSeconds.Observe(time.Since(start).Seconds())
-	}()
-	return c.h.Handle(ctx, tx, msg)
-}
-
-// failure decides what a handler error in tx means for it: dead letter or
-// retry. A transient failure (PostgreSQL's, not the message's) is retried
-// however many attempts the message has had, except on the source's last
-// delivery (MaxDeliver), after which the broker would drop it: a dead
-// letter keeps it.
-func (c *Consumer) failure(tx pgx.Tx, it *item, err error) outcome {
-	switch {
-	case IsPermanent(err):
-		return outcome{kind: outDead, reason: err.Error(), kindOf: "permanent", err: err}
-	case transient(tx, err) && !c.lastDelivery(it):
-		return outcome{kind: outRetry, err: err}
-	case it.attempt >= c.cfg.MaxAttempts:
-		return outcome{kind: outDead, reason: reasonMaxAttempts + err.Error(), kindOf: "max_attempts", err: err}
-	default:
-		return outcome{kind: outRetry, err: err}
-	}
-}
-
-// lastDelivery reports whether the broker will not deliver it again.
-func (c *Consumer) lastDelivery(it *item) bool {
-	n := c.maxDeliver.Load()
-	return n > 0 && int64(it.attempt) >= n
-}
-
-func deadKind(reason string) string {
-	switch {
-	case reason == ReasonNoID:
-		return "no_id"
-	case strings.HasPrefix(reason, reasonUnauthenticated):
-		return "unauthenticated"
-	}
-	return "invalid_id"
-}
-
-func (c *Consumer) deadLetter(it *item, reason string) DeadLetter {
-	return DeadLetter{
-		Consumer: c.cfg.Name, MessageID: it.rawID, Subject: it.d.Subject(), Payload: it.d.Data(),
-		Headers: it.d.Headers(), Reason: reason, Attempts: it.attempt,
-	}
-}
-
-// definiteRollback reports whether a failed COMMIT certainly did not commit:
-// the server answered with an ERROR (a serialization failure, a deferred
-// constraint), or pgx saw the transaction already aborted. A broken
-// connection, and a FATAL or PANIC (the backend was terminated, possibly
-// after committing locally), are unknown outcomes.
-func definiteRollback(err error) bool {
-	if errors.Is(err, pgx.ErrTxCommitRollback) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	// SeverityUnlocalized is never translated (PostgreSQL ≥ 9.6); Severity
-	// is in the server's language.
-	sev := pgErr.SeverityUnlocalized
-	if sev == "" {
-		sev = pgErr.Severity
-	}
-	return sev == "ERROR"
-}
-
-// keepDuplicates reports whether the messages a failed transaction found
-// already claimed may still be acked. Not with synchronous standbys: the
-// claim may be visible here and not yet on the standby, and only a
-// transaction that commits (with its barrier, see commitTx) proves it is
-// there; they are retried instead, and found claimed again.
-func (c *Consumer) keepDuplicates(ctx context.Context) bool {
-	return !c.syncStandbys.On(ctx, c.db)
+	return savepoints
 }

@@ -2,8 +2,12 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/crashpoint"
@@ -50,25 +54,11 @@ func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
 			return fmt.Errorf("inbox: commit: %w", err)
 		}
 		c.log.Error("inbox commit outcome unknown; leaving the messages to redelivery", "err", err, "messages", len(r.items))
-		keep := c.keepDuplicates(ctx)
-		for i := range r.out {
-			if r.out[i].kind != outDuplicate || !keep {
-				r.out[i] = outcome{kind: outUnknown, err: err}
-			}
-		}
+		c.redoAll(ctx, r.out, outUnknown, err)
 		return nil
 	}
 	crashpoint.Hit(crashpoint.InboxAfterCommit)
 	return nil
-}
-
-// queueFailed rolls back a batch run without savepoints whose queued
-// statement failed, gives the failure to the message that queued it, and
-// returns that message's index.
-func (c *Consumer) queueFailed(ctx context.Context, r *txRun) int {
-	r.rollback(ctx)
-	r.out[r.q.failed] = c.failure(r.tx, r.items[r.q.failed], r.q.err)
-	return r.q.failed
 }
 
 // settle acks, naks or returns each message according to its outcome.
@@ -184,4 +174,42 @@ func hasDuplicate(out []outcome) bool {
 		}
 	}
 	return false
+}
+
+// redoAll leaves every message of out to a new attempt, with outcome kind
+// (outRetry after a failed transaction, outUnknown after a commit whose
+// outcome is unknown) and err, except the messages found already claimed
+// while they may still be acked. Not with synchronous standbys: the claim
+// may be visible here and not yet on the standby, and only a transaction
+// that commits (with its barrier, see commitTx) proves it is there; they are
+// retried instead, and found claimed again.
+func (c *Consumer) redoAll(ctx context.Context, out []outcome, kind outcomeKind, err error) {
+	keep := !c.syncStandbys.On(ctx, c.db)
+	for i := range out {
+		if out[i].kind != outDuplicate || !keep {
+			out[i] = outcome{kind: kind, err: err}
+		}
+	}
+}
+
+// definiteRollback reports whether a failed COMMIT certainly did not commit:
+// the server answered with an ERROR (a serialization failure, a deferred
+// constraint), or pgx saw the transaction already aborted. A broken
+// connection, and a FATAL or PANIC (the backend was terminated, possibly
+// after committing locally), are unknown outcomes.
+func definiteRollback(err error) bool {
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	// SeverityUnlocalized is never translated (PostgreSQL ≥ 9.6); Severity
+	// is in the server's language.
+	sev := pgErr.SeverityUnlocalized
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "ERROR"
 }

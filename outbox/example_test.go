@@ -107,7 +107,9 @@ func ExampleNewLogicalRelay() {
 	if err != nil {
 		panic(err)
 	}
-	relay, err := outbox.NewLogicalRelay(pool, url, ob, pub, &outbox.LogicalRelayConfig{Registerer: prometheus.DefaultRegisterer})
+	// The replication stream and the lease use the pool's connection
+	// settings; a pool through a pooler needs ReplicationURL (the server's).
+	relay, err := outbox.NewLogicalRelay(pool, ob, pub, &outbox.LogicalRelayConfig{Registerer: prometheus.DefaultRegisterer})
 	if err != nil {
 		panic(err)
 	}

@@ -1,5 +1,11 @@
 package outbox
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
 // PartitionOf is partitionOf, for the external tests.
 var PartitionOf = partitionOf
 
@@ -7,5 +13,12 @@ var PartitionOf = partitionOf
 // or on, to show what the relay did without it.
 func SkipMovedCheck(skip bool) { skipMovedCheck.Store(skip) }
 
-// ConnectReplication is connectReplication, for the external tests.
-var ConnectReplication = connectReplication
+// ConnectReplication is a LogicalRelay's connectReplication to
+// connString (its ReplicationURL), for the external tests.
+func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
+	cfg, err := parseDirect(connString)
+	if err != nil {
+		return nil, err
+	}
+	return (&LogicalRelay{repl: cfg}).connectReplication(ctx)
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +64,14 @@ type LogicalRelayConfig struct {
 	// the copy had not confirmed, and past the broker's duplicate window
 	// consumers see it twice. Defaults to 16 MiB.
 	StandbyMaxLag int64
+	// ReplicationURL is a connection string for the relay's replication
+	// stream and its lease, which need a session of their own on the server
+	// itself: give it when the pool goes through a connection pooler
+	// (PgBouncer, Supavisor), with the address of the server behind it. It
+	// must reach the pool's database: Run returns a *DatabaseMismatchError
+	// when it does not. Defaults to the connection settings of the pool's
+	// own connections.
+	ReplicationURL string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the relay's metrics. Nil means no metrics.
@@ -98,6 +105,11 @@ func (c *LogicalRelayConfig) validate() error {
 	if c.MinBackoff > c.MaxBackoff {
 		return bad("MinBackoff", "%v is above MaxBackoff (%v)", c.MinBackoff, c.MaxBackoff)
 	}
+	if c.ReplicationURL != "" {
+		if _, err := parseDirect(c.ReplicationURL); err != nil {
+			return bad("ReplicationURL", "%v", err)
+		}
+	}
 	return nil
 }
 
@@ -114,7 +126,7 @@ func (c *LogicalRelayConfig) validate() error {
 // 14 or later, a connection string that reaches the server directly).
 type LogicalRelay struct {
 	pool oncekit.Pool
-	conn string // the replication connection's string
+	repl *pgx.ConnConfig // LogicalRelayConfig.ReplicationURL's; nil: the pool's
 	ob   *Outbox
 	pub  broker.Publisher
 	cfg  LogicalRelayConfig
@@ -134,14 +146,15 @@ type LogicalRelay struct {
 }
 
 // NewLogicalRelay returns a relay for ob's schema: it streams through a
-// replication connection to connString (a database's, to which it adds
-// replication=database), holds its lease on a connection of its own to
-// connString, and uses pool for its slot's set-up and the outbox table.
-// connString must reach the server directly, pool may go through a
-// transaction pooler: Run returns a *PooledError when connString does not.
-func NewLogicalRelay(pool oncekit.Pool, connString string, ob *Outbox, pub broker.Publisher, cfg *LogicalRelayConfig) (*LogicalRelay, error) {
-	if pool == nil || ob == nil || pub == nil || connString == "" {
-		return nil, fmt.Errorf("%w: NewLogicalRelay: pool, connection string, outbox and publisher are required", ErrInvalidConfig)
+// replication connection (replication=database) and holds its lease on a
+// connection of its own, both to the database of pool's connections (or of
+// cfg.ReplicationURL), and uses pool for its slot's set-up and the outbox
+// table. pool may go through a transaction pooler when cfg.ReplicationURL
+// reaches the server directly: Run returns a *PooledError when the
+// replication connection or the lease goes through one.
+func NewLogicalRelay(pool oncekit.Pool, ob *Outbox, pub broker.Publisher, cfg *LogicalRelayConfig) (*LogicalRelay, error) {
+	if pool == nil || ob == nil || pub == nil {
+		return nil, fmt.Errorf("%w: NewLogicalRelay: pool, outbox and publisher are required", ErrInvalidConfig)
 	}
 	if !ob.logical {
 		return nil, fmt.Errorf("%w: NewLogicalRelay: the outbox writes to its table (set Config.Logical)", ErrInvalidConfig)
@@ -158,7 +171,11 @@ func NewLogicalRelay(pool oncekit.Pool, connString string, ob *Outbox, pub broke
 	if err != nil {
 		return nil, err
 	}
-	return &LogicalRelay{pool: pool, conn: connString, ob: ob, pub: pub, cfg: c, tbl: tbl, m: m, sql: renderLogicalSQL(ob.schema),
+	var repl *pgx.ConnConfig
+	if c.ReplicationURL != "" {
+		repl, _ = parseDirect(c.ReplicationURL) // validated
+	}
+	return &LogicalRelay{pool: pool, repl: repl, ob: ob, pub: pub, cfg: c, tbl: tbl, m: m, sql: renderLogicalSQL(ob.schema),
 		log: c.Logger.With("component", "outbox.logical_relay", "slot", ob.slot)}, nil
 }
 
@@ -194,9 +211,9 @@ func (r *LogicalRelay) Run(ctx context.Context) error {
 			wg.Wait()
 			return err
 		}
-		if errors.Is(err, ErrPooled) {
-			// No retry changes what the connection string reaches.
-			r.log.Error("logical relay stopped: its connection string reaches a connection pooler", "err", err)
+		if errors.Is(err, ErrPooled) || errors.Is(err, ErrDatabaseMismatch) {
+			// No retry changes what the connection settings reach.
+			r.log.Error("logical relay stopped: its replication connection cannot be used", "err", err)
 			cancel()
 			wg.Wait()
 			return err
@@ -231,7 +248,7 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 	// own, to the server itself (a transaction pooler would leave it on a
 	// server connection the next client inherits), closed when the lease
 	// ends.
-	c, err := connectLease(ctx, r.conn)
+	c, err := r.connectLease(ctx)
 	if err != nil {
 		return err
 	}
@@ -397,18 +414,6 @@ func isCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
-// replicationString is connString with replication=database.
-func replicationString(connString string) string {
-	if strings.Contains(connString, "://") {
-		sep := "?"
-		if strings.Contains(connString, "?") {
-			sep = "&"
-		}
-		return connString + sep + "replication=database"
-	}
-	return connString + " replication=database"
-}
-
 // walEvent is one message decoded from the WAL, with the end of its
 // transaction: the position that may be confirmed once it and every event
 // before it are settled.
@@ -424,7 +429,7 @@ type walEvent struct {
 // decoded as soon as it is there, so that no round waits for the next to be
 // read, nor the next for a timer.
 func (r *LogicalRelay) stream(ctx context.Context) error {
-	conn, err := connectReplication(ctx, r.conn)
+	conn, err := r.connectReplication(ctx)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,8 @@ const (
 // transaction pooler would leave on a server connection the next client
 // inherits) and its replication stream cannot be. Run returns it at once
 // rather than retry: the pool given to NewLogicalRelay may go through the
-// pooler, its connection string must reach the server directly.
+// pooler, LogicalRelayConfig.ReplicationURL must then reach the server
+// directly.
 type PooledError struct {
 	// Conn is the connection that found the pooler: PooledLease or
 	// PooledReplication.
@@ -61,7 +62,7 @@ func (e *PooledError) Error() string {
 	}
 	return fmt.Sprintf("%v: the logical relay's %s connection found one (%s), and %s. "+
 		"Give the relay a connection string to the server itself, not to the pooler "+
-		"(NewLogicalRelay's connString; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL); "+
+		"(LogicalRelayConfig.ReplicationURL; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL); "+
 		"its pool (oncekit: --database-url) may stay on the pooler",
 		ErrPooled, e.Conn, found, what)
 }
@@ -75,25 +76,45 @@ func (e *PooledError) Unwrap() []error {
 	return errs
 }
 
-// stripPoolParams removes pgxpool's parameters (pool_*), which a URL shared
-// by a pool and a connection carries and PostgreSQL would refuse.
-func stripPoolParams(params map[string]string) {
-	for k := range params {
-		if strings.HasPrefix(k, "pool_") {
-			delete(params, k)
-		}
-	}
-}
-
-// connectLease opens the lease's connection to connString: a connection of
-// its own, not the pool's, which reaches a backend of its own (else a
-// *PooledError).
-func connectLease(ctx context.Context, connString string) (*pgx.Conn, error) {
+// parseDirect parses a connection string given for the connections that
+// need a session of their own, without pgxpool's parameters (pool_*), which
+// a URL shared by a pool and a connection carries and PostgreSQL would
+// refuse.
+func parseDirect(connString string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
-		return nil, fmt.Errorf("lease connection string: %w", err)
+		return nil, err
 	}
-	stripPoolParams(cfg.RuntimeParams)
+	for k := range cfg.RuntimeParams {
+		if strings.HasPrefix(k, "pool_") {
+			delete(cfg.RuntimeParams, k)
+		}
+	}
+	return cfg, nil
+}
+
+// connConfig returns a copy of the settings of the connections that need a
+// session of their own: LogicalRelayConfig.ReplicationURL's, else those of
+// the pool's connections.
+func (r *LogicalRelay) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+	if r.repl != nil {
+		return r.repl.Copy(), nil
+	}
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the pool's connection settings: %w", err)
+	}
+	defer c.Release()
+	return c.Conn().Config(), nil // a copy
+}
+
+// connectLease opens the lease's connection: a connection of its own, not
+// the pool's, which reaches a backend of its own (else a *PooledError).
+func (r *LogicalRelay) connectLease(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := r.connConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
 	cfg.RuntimeParams["application_name"] = "oncekit-logical-relay-lease"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -113,16 +134,15 @@ func connectLease(ctx context.Context, connString string) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// connectReplication opens a replication connection to connString
-// (replication=database) and checks it reaches a backend of its own: a
-// pooler refuses the start-up parameter (PgBouncer), or passes a process ID
-// of its own.
-func connectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
-	cfg, err := pgx.ParseConfig(replicationString(connString)) // drops pgx's own parameters
+// connectReplication opens a replication connection (replication=database)
+// and checks it reaches a backend of its own: a pooler refuses the
+// start-up parameter (PgBouncer), or passes a process ID of its own.
+func (r *LogicalRelay) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := r.connConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("replication connection string: %w", err)
+		return nil, err
 	}
-	stripPoolParams(cfg.RuntimeParams)
+	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "oncekit-logical-relay"
 	conn, err := pgconn.ConnectConfig(ctx, &cfg.Config)
 	if err != nil {
@@ -141,6 +161,48 @@ func connectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 		return nil, err
 	}
 	return conn, nil
+}
+
+// ErrDatabaseMismatch is wrapped by a *DatabaseMismatchError.
+var ErrDatabaseMismatch = errors.New("outbox: the logical relay's replication connection reaches another database than its pool")
+
+// DatabaseMismatchError reports that LogicalRelayConfig.ReplicationURL
+// reaches another database than the LogicalRelay's pool: another cluster
+// (system identifier) or another database of the cluster. Run returns it at
+// once rather than retry.
+type DatabaseMismatchError struct {
+	// PoolSystemID and PoolDatabase are the pool's cluster and database.
+	PoolSystemID, PoolDatabase string
+	// ReplicationSystemID and ReplicationDatabase are the replication
+	// connection's.
+	ReplicationSystemID, ReplicationDatabase string
+}
+
+// Error implements error.
+func (e *DatabaseMismatchError) Error() string {
+	return fmt.Sprintf("%v: the pool reaches database %q of cluster %s, the replication connection (LogicalRelayConfig.ReplicationURL; "+
+		"oncekit relay --replication-url or ONCEKIT_REPLICATION_URL) database %q of cluster %s",
+		ErrDatabaseMismatch, e.PoolDatabase, e.PoolSystemID, e.ReplicationDatabase, e.ReplicationSystemID)
+}
+
+// Unwrap returns ErrDatabaseMismatch.
+func (e *DatabaseMismatchError) Unwrap() error { return ErrDatabaseMismatch }
+
+// poolDatabaseSQL reads the cluster and database the pool reaches, as
+// IDENTIFY_SYSTEM names them on the replication connection.
+const poolDatabaseSQL = `SELECT system_identifier::text, current_database() FROM pg_control_system()`
+
+// sameDatabase checks that the pool reaches the database id (the
+// replication connection's).
+func (r *LogicalRelay) sameDatabase(ctx context.Context, id serverIdentity) error {
+	var sys, db string
+	if err := r.pool.QueryRow(ctx, poolDatabaseSQL).Scan(&sys, &db); err != nil {
+		return fmt.Errorf("outbox: identify the pool's database: %w", err)
+	}
+	if sys != id.systemID || db != id.database {
+		return &DatabaseMismatchError{PoolSystemID: sys, PoolDatabase: db, ReplicationSystemID: id.systemID, ReplicationDatabase: id.database}
+	}
+	return nil
 }
 
 // backendPID is pg_backend_pid() read over conn in the simple protocol.

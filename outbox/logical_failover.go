@@ -22,6 +22,7 @@ import (
 type serverIdentity struct {
 	systemID string
 	timeline int64
+	database string
 }
 
 // slotMark is the slot's row in logical_slots: its creation and where the
@@ -67,8 +68,11 @@ func (r *LogicalRelay) checkFailover(ctx context.Context) (serverIdentity, error
 	if m.confirmed != nil && m.timeline != nil {
 		since = *m.timeline
 	}
-	id, switched, err := identify(ctx, r.conn, since)
+	id, switched, err := r.identify(ctx, since)
 	if err != nil {
+		return serverIdentity{}, err
+	}
+	if err := r.sameDatabase(ctx, id); err != nil {
 		return serverIdentity{}, err
 	}
 	if since == 0 || m.systemID == nil || *m.systemID != id.systemID || id.timeline <= since {
@@ -116,12 +120,11 @@ func (r *LogicalRelay) checkFailover(ctx context.Context) (serverIdentity, error
 	return id, nil
 }
 
-// identify runs IDENTIFY_SYSTEM over a replication connection to
-// connString and, when the server's timeline is past since (> 0), reads
+// identify runs IDENTIFY_SYSTEM over a replication connection and, when the server's timeline is past since (> 0), reads
 // its history for the position where timeline since ended (0 if it is not
 // there).
-func identify(ctx context.Context, connString string, since int64) (serverIdentity, pglogrepl.LSN, error) {
-	conn, err := connectReplication(ctx, connString)
+func (r *LogicalRelay) identify(ctx context.Context, since int64) (serverIdentity, pglogrepl.LSN, error) {
+	conn, err := r.connectReplication(ctx)
 	if err != nil {
 		return serverIdentity{}, 0, err
 	}
@@ -130,7 +133,7 @@ func identify(ctx context.Context, connString string, since int64) (serverIdenti
 	if err != nil {
 		return serverIdentity{}, 0, fmt.Errorf("identify the server: %w", err)
 	}
-	id := serverIdentity{systemID: sys.SystemID, timeline: int64(sys.Timeline)}
+	id := serverIdentity{systemID: sys.SystemID, timeline: int64(sys.Timeline), database: sys.DBName}
 	if since == 0 || id.timeline <= since {
 		return id, 0, nil
 	}

@@ -167,7 +167,7 @@ func TestLogicalRelayStopsWhenAFailoverLostItsSlot(t *testing.T) {
 	rig.failover(t)
 
 	reg := prometheus.NewRegistry()
-	r, err := outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(), Registerer: reg,
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(), Registerer: reg,
 		StatusInterval: 200 * time.Millisecond, Table: outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -207,7 +207,7 @@ func TestLogicalRelayStopsWhenAFailoverLostItsSlot(t *testing.T) {
 	// tool) starts after the switch: it is not the one the relay
 	// confirmed into.
 	query(t, rig.standby, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, []any{"oncekit_" + b.db.Schema})
-	r, err = outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
+	r, err = outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
 		StatusInterval: 200 * time.Millisecond, Table: outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	err = r.Run(ctx)

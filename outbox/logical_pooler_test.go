@@ -36,16 +36,16 @@ func logicalPooledSetup(t *testing.T) (*bundle, string) {
 	return b, direct
 }
 
-// Given a pooler's URL for its connection string, the logical relay
+// Given a pool through a pooler and no ReplicationURL, the logical relay
 // takes no lease and streams nothing: Run returns a *PooledError at once
 // (not a stream retried for ever, nor a session lock left on a server
 // connection the pooler hands the next client), which names what to do.
-func TestLogicalRelayRefusesAPooledConnString(t *testing.T) {
+func TestLogicalRelayRefusesAPooledPoolWithoutReplicationURL(t *testing.T) {
 	t.Parallel()
 	b, _ := logicalPooledSetup(t)
 	pub, _ := publisher(t, b.nats.URL)
 	logs := &testenv.SyncBuffer{}
-	r, err := outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &outbox.LogicalRelayConfig{
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -59,7 +59,7 @@ func TestLogicalRelayRefusesAPooledConnString(t *testing.T) {
 	require.True(t, errors.As(err, &pe), "%T", err)
 	require.Equal(t, outbox.PooledLease, pe.Conn)
 	require.Contains(t, err.Error(), "the logical relay's lease connection found one (the server process behind it is not the one it announced), and its lease (a session advisory lock) would outlive the transaction")
-	require.Contains(t, err.Error(), "Give the relay a connection string to the server itself, not to the pooler (NewLogicalRelay's connString; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL)")
+	require.Contains(t, err.Error(), "Give the relay a connection string to the server itself, not to the pooler (LogicalRelayConfig.ReplicationURL; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL)")
 	require.NotContains(t, logs.String(), "lease taken")
 	var locks int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
@@ -92,15 +92,15 @@ func TestLogicalRelayReplicationConnectionRefusesAPooler(t *testing.T) {
 	conn.Close(ctx)
 }
 
-// The pool through PgBouncer and the connection string direct: the relay
+// The pool through PgBouncer and ReplicationURL direct: the relay
 // streams, publishes every event once and in order per key, and its lease
 // is held by a connection of its own on the server, not by one of the
 // pool's.
-func TestLogicalRelayWithAPooledPoolAndADirectConnString(t *testing.T) {
+func TestLogicalRelayWithAPooledPoolAndADirectReplicationURL(t *testing.T) {
 	t.Parallel()
 	b, direct := logicalPooledSetup(t)
 	pub, _ := publisher(t, b.nats.URL)
-	r, err := outbox.NewLogicalRelay(b.db.Pool, direct, b.ob, pub, &outbox.LogicalRelayConfig{
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{ReplicationURL: direct,
 		Logger: testLogger(), StatusInterval: 200 * time.Millisecond,
 		Table: outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond}})
 	require.NoError(t, err)
@@ -130,4 +130,33 @@ func TestLogicalRelayWithAPooledPoolAndADirectConnString(t *testing.T) {
 		WHERE l.locktype = 'advisory' AND l.granted AND l.objid::bigint = hashtextextended($1, 0)::int8 & x'ffffffff'::bigint`,
 		"oncekit.logical_relay.oncekit_"+b.db.Schema).Scan(&holder))
 	require.Equal(t, "oncekit-logical-relay-lease", holder)
+}
+
+// A ReplicationURL that reaches another database than the pool's: Run
+// returns a *DatabaseMismatchError at once, naming both databases, and
+// publishes nothing from a stream of the other database.
+func TestLogicalRelayRefusesAReplicationURLOfAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	b := logicalSetup(t)
+	pub, _ := publisher(t, b.nats.URL)
+	other := logicalCluster.pg.URL("template1")
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{ReplicationURL: other,
+		Logger: testLogger(), MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	require.NoError(t, ctx.Err(), "Run returned before its deadline")
+	t.Logf("Run: %v", err)
+	require.ErrorIs(t, err, outbox.ErrDatabaseMismatch)
+	var me *outbox.DatabaseMismatchError
+	require.True(t, errors.As(err, &me), "%T", err)
+	require.Equal(t, "postgres", me.PoolDatabase)
+	require.Equal(t, "template1", me.ReplicationDatabase)
+	require.Equal(t, me.PoolSystemID, me.ReplicationSystemID, "one cluster")
+	require.NotContains(t, err.Error(), "127.0.0.1", "the address stays out")
+
+	_, err = outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{ReplicationURL: "postgres://%zz"})
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "ReplicationURL")
 }

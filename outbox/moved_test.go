@@ -359,7 +359,7 @@ func TestLogicalRelayStopsOnAMovedDatabase(t *testing.T) {
 		SET cursor_txid = (pg_snapshot_xmax(pg_current_snapshot())::text::numeric + 5 * 4294967296)::text::xid8`)
 	require.NoError(t, err)
 	pub, _ := publisher(t, b.nats.URL)
-	r, err := outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
 		Table: outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	done := make(chan error, 1)

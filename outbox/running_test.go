@@ -17,7 +17,7 @@ func TestLogicalRelayRunWhileRunningIsErrAlreadyRunning(t *testing.T) {
 	t.Parallel()
 	b := logicalSetup(t)
 	pub, _ := publisher(t, b.nats.URL)
-	r, err := outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &outbox.LogicalRelayConfig{Logger: testLogger(),
 		StatusInterval: 200 * time.Millisecond, Table: outbox.RelayConfig{Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	for round := range 2 {

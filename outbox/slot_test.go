@@ -23,7 +23,7 @@ func (b *bundle) runLogicalRelay(t *testing.T, pub broker.Publisher, cfg outbox.
 	cfg.Logger, cfg.Registerer = testLogger(), reg
 	cfg.StatusInterval = max(cfg.StatusInterval, 200*time.Millisecond)
 	cfg.Table.Lease, cfg.Table.PollInterval = 2*time.Second, 100*time.Millisecond
-	r, err := outbox.NewLogicalRelay(b.db.Pool, b.db.URL, b.ob, pub, &cfg)
+	r, err := outbox.NewLogicalRelay(b.db.Pool, b.ob, pub, &cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done, finished := make(chan error, 1), make(chan struct{})

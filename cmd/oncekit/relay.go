@@ -87,8 +87,8 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	}
 	// The stream and the lease need the server itself; the pool may go
 	// through a pooler.
-	replURL := replURLFlag.resolve(e, "ONCEKIT_REPLICATION_URL", db.url())
-	if err := checkURL(replURL); err != nil {
+	replURL := replURLFlag.resolve(e, "ONCEKIT_REPLICATION_URL", "")
+	if err := checkURL(replURL); replURL != "" && err != nil {
 		return usagef("--replication-url: %v", err)
 	}
 	standbyURL := standbyURLFlag.resolve(e, "ONCEKIT_STANDBY_URL", "")
@@ -160,7 +160,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 			cfg.PollInterval = 0 // the logical relay's default for its table
 		}
 		lcfg := &outbox.LogicalRelayConfig{PublishTimeout: cfg.PublishTimeout, BatchSize: cfg.BatchSize, Table: cfg, Logger: log,
-			Registerer: reg}
+			Registerer: reg, ReplicationURL: replURL}
 		if standbyURL != "" {
 			standby, err := openStandby(standbyURL)
 			if err != nil {
@@ -169,7 +169,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 			defer standby.Close()
 			lcfg.Standby = standby
 		}
-		relay, err = outbox.NewLogicalRelay(pool, replURL, ob, pub, lcfg)
+		relay, err = outbox.NewLogicalRelay(pool, ob, pub, lcfg)
 	} else {
 		relay, err = outbox.NewRelay(pool, ob, pub, &cfg)
 	}

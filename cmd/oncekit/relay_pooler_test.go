@@ -44,7 +44,7 @@ func TestRelayLogicalRefusesAPooledURL(t *testing.T) {
 	t.Logf("exit %d after %v, stderr:\n%s", code, time.Since(start), stderr)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "oncekit relay: oncekit: the connection goes through a connection pooler: the logical relay's lease connection found one")
-	require.Contains(t, stderr, "(NewLogicalRelay's connString; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL); its pool (oncekit: --database-url) may stay on the pooler")
+	require.Contains(t, stderr, "(LogicalRelayConfig.ReplicationURL; oncekit relay --replication-url or ONCEKIT_REPLICATION_URL); its pool (oncekit: --database-url) may stay on the pooler")
 
 	// The same through ONCEKIT_REPLICATION_URL, set to the pooler's URL.
 	vars["ONCEKIT_REPLICATION_URL"] = db.URL

@@ -49,11 +49,7 @@ func newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, c
 		Logger:         log,
 	}
 	if cfg.Logical {
-		repl := cfg.ReplicationURL
-		if repl == "" {
-			repl = cfg.DatabaseURL
-		}
-		return outbox.NewLogicalRelay(pool, repl, ob, pub, &outbox.LogicalRelayConfig{
+		return outbox.NewLogicalRelay(pool, ob, pub, &outbox.LogicalRelayConfig{ReplicationURL: cfg.ReplicationURL,
 			PublishTimeout: 5 * time.Second, StatusInterval: time.Second, Table: table, Logger: log,
 		})
 	}
