@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,4 +90,27 @@ func ExampleDeriveID() {
 	// Output:
 	// true
 	// true
+}
+
+// Each caller's keys live in its home region: the west edge forwards a
+// request of a caller homed in the east to the east's edge, and the east
+// edge, which lists no peer, refuses (421, Idempotency-Home-Region) a
+// request of a caller homed in the west, so a retry never runs in two
+// regions.
+func ExampleHoming() {
+	placement := map[string]string{"acme": "east", "globex": "west"} // a directory the regions share
+	home := func(_ context.Context, account string) (string, error) {
+		if region, ok := placement[account]; ok {
+			return region, nil
+		}
+		return "", fmt.Errorf("account %q has no home region", account)
+	}
+	east, _ := url.Parse("https://payments.east.internal")
+	route := &idempotency.Route{
+		Operation: "create-payment",
+		Tenant:    func(r *http.Request) (string, error) { return r.Header.Get("X-Account"), nil },
+		Homing:    &idempotency.Homing{Region: "west", Home: home, Peers: map[string]*url.URL{"east": east}},
+	}
+	fmt.Println(route.Homing.Region, idempotency.ValidRegion("eu-west-1"), idempotency.ValidRegion("EU West"))
+	// Output: west true false
 }
