@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -285,4 +287,95 @@ func TestItemOutcomeIsBounded(t *testing.T) {
 		require.Error(t, itemErr, name)
 	}
 	require.Equal(t, 0, count(t, db, `SELECT count(*) FROM idempotency_items`))
+}
+
+// An owner whose claim was taken over (its token bumped, as a recovery
+// does) runs no further item: Item answers ErrOwnershipLost without
+// running the item's function, and stores nothing for it.
+func TestItemRefusesAFencedOwner(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	edge, err := idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	mw, err := edge.Route(&idempotency.Route{Operation: "import-lines", Tenant: tenantFromHeader})
+	require.NoError(t, err)
+	var first, second error
+	var ran int
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fn := func(context.Context, pgx.Tx) (idempotency.ItemOutcome, error) {
+			ran++
+			return idempotency.ItemOutcome{Status: http.StatusCreated}, nil
+		}
+		_, first = idempotency.Item(r, "line-001", fn)
+		_, err := db.Pool.Exec(r.Context(), `UPDATE idempotency_keys SET token = token + 1`) // taken over
+		require.NoError(t, err)
+		_, second = idempotency.Item(r, "line-002", fn)
+		http.Error(w, "fenced", http.StatusServiceUnavailable)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/lines", strings.NewReader(`{}`))
+	r.Header.Set(idempotency.HeaderKey, "k-1")
+	r.Header.Set("X-Tenant", "acme")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	require.NoError(t, first)
+	require.ErrorIs(t, second, idempotency.ErrOwnershipLost)
+	require.Equal(t, 1, ran)
+	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM idempotency_items`))
+}
+
+// Two owners of one request at once (the first's lease ran out while its
+// item was running, and a retry took the claim over): the second's item
+// waits for the first's item transaction, then replays its outcome, so
+// the item runs once.
+func TestItemRunsOnceAcrossATakeover(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE lines (id uuid PRIMARY KEY, ref text NOT NULL)`)
+	require.NoError(t, err)
+	edge, err := idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	mw, err := edge.Route(&idempotency.Route{Operation: "import-lines", Tenant: tenantFromHeader})
+	require.NoError(t, err)
+	inside, gate := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, _ := idempotency.FromRequest(r)
+		o, err := idempotency.Item(r, "line-001", func(ctx context.Context, tx pgx.Tx) (idempotency.ItemOutcome, error) {
+			if runs.Add(1) == 1 {
+				inside <- struct{}{}
+				<-gate
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO lines (id, ref) VALUES ($1, 'a')`, info.ItemID("line-001"))
+			return idempotency.ItemOutcome{Status: http.StatusCreated}, err
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"replayed":%t}`, o.Replayed)
+	})))
+	t.Cleanup(srv.Close)
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before srv.Close, should the test fail with the gate shut
+
+	firstDone := make(chan response, 1)
+	go func() { firstDone <- postInBackground(t, srv.URL, "acme", "batch-1", `{}`) }()
+	<-inside
+	_, err = db.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second'`) // the first owner's lease ran out
+	require.NoError(t, err)
+	secondDone := make(chan response, 1)
+	go func() { secondDone <- postInBackground(t, srv.URL, "acme", "batch-1", `{}`) }()
+	require.Eventually(t, func() bool {
+		return count(t, db, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE '%' || $1 || '%idempotency_items%'`, db.Schema) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the second owner waits on the item")
+	open()
+	first, second := <-firstDone, <-secondDone
+	require.Equal(t, http.StatusOK, first.status, first.body)
+	require.Equal(t, http.StatusOK, second.status, second.body)
+	require.JSONEq(t, `{"replayed":true}`, second.body)
+	require.EqualValues(t, 1, runs.Load())
+	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM lines`))
 }
