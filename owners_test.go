@@ -22,6 +22,7 @@ var owners = map[string]string{
 	"side_effects":              "sideeffect",
 	"idempotency_keys":          "idempotency",
 	"idempotency_business_keys": "idempotency",
+	"idempotency_items":         "idempotency",
 	"console_audit":             "console",
 }
 

@@ -249,6 +249,14 @@ type Route struct {
 	// Retry-After, runs nothing and stores nothing. Retries of known keys
 	// are never limited. Defaults to 0: no limit.
 	NewKeysPerMinute int
+	// Homing, when set, gives each scope a home region where its keys are
+	// claimed: a request that reaches another region is forwarded to its
+	// home's edge or refused with 421 IDEMPOTENCY_WRONG_REGION before
+	// anything is stored (see Homing). Defaults to nil: every request is
+	// served in the region it reaches, and a retry landing in another
+	// region than its first attempt runs again there unless the regions
+	// share one store.
+	Homing *Homing
 }
 
 // DefaultReplayHeaders are the response headers replayed unless a Route says
@@ -332,6 +340,11 @@ func (r *Route) validate() error {
 	}
 	if err := validateRejections(r.Rejections); err != nil {
 		return bad("Rejections", "%w", err)
+	}
+	if r.Homing != nil {
+		if err := r.Homing.validate(); err != nil {
+			return bad("Homing", "%w", err)
+		}
 	}
 	if r.Lease < 3*time.Millisecond {
 		return bad("Lease", "%v is below 3ms", r.Lease)

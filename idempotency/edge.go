@@ -208,6 +208,9 @@ func (rt *route) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		writeProblem(w, status, CodeScopeRejected, "", 0)
 		return
 	}
+	if !rt.homing(w, r, tenant) {
+		return
+	}
 	body, err := readBody(r, rt.cfg.MaxBodyBytes)
 	if err != nil {
 		rt.count(OutcomeRejected)

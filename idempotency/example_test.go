@@ -2,11 +2,14 @@ package idempotency_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"net/http"
+	"net/url"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekit/oncekit"
@@ -89,4 +92,71 @@ func ExampleDeriveID() {
 	// Output:
 	// true
 	// true
+}
+
+// Each caller's keys live in its home region: the west edge forwards a
+// request of a caller homed in the east to the east's edge, and the east
+// edge, which lists no peer, refuses (421, Idempotency-Home-Region) a
+// request of a caller homed in the west, so a retry never runs in two
+// regions.
+func ExampleHoming() {
+	placement := map[string]string{"acme": "east", "globex": "west"} // a directory the regions share
+	home := func(_ context.Context, account string) (string, error) {
+		if region, ok := placement[account]; ok {
+			return region, nil
+		}
+		return "", fmt.Errorf("account %q has no home region", account)
+	}
+	east, _ := url.Parse("https://payments.east.internal")
+	route := &idempotency.Route{
+		Operation: "create-payment",
+		Tenant:    func(r *http.Request) (string, error) { return r.Header.Get("X-Account"), nil },
+		Homing:    &idempotency.Homing{Region: "west", Home: home, Peers: map[string]*url.URL{"east": east}},
+	}
+	fmt.Println(route.Homing.Region, idempotency.ValidRegion("eu-west-1"), idempotency.ValidRegion("EU West"))
+	// Output: west true false
+}
+
+// A bulk import: each line runs once to an outcome under the request's
+// key, its row written under an ID derived from the key and the line's
+// own ID; a retry after a failure halfway replays the lines that ran and
+// runs the rest.
+func ExampleItem() {
+	importLines := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var lines []struct{ ID, SKU string }
+		if err := json.NewDecoder(r.Body).Decode(&lines); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		info, _ := idempotency.FromRequest(r)
+		statuses := make(map[string]int, len(lines))
+		for _, line := range lines {
+			out, err := idempotency.Item(r, line.ID, func(ctx context.Context, tx pgx.Tx) (idempotency.ItemOutcome, error) {
+				_, err := tx.Exec(ctx, `INSERT INTO stock_lines (id, sku) VALUES ($1, $2)`, info.ItemID(line.ID), line.SKU)
+				return idempotency.ItemOutcome{Status: http.StatusCreated}, err
+			})
+			if err != nil { // the batch is released: its retry runs the lines that did not run
+				http.Error(w, "retry the import with the same Idempotency-Key", http.StatusServiceUnavailable)
+				return
+			}
+			statuses[line.ID] = out.Status
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusMultiStatus)
+		_ = json.NewEncoder(w).Encode(statuses)
+	})
+	_ = importLines // behind edge.Route(&idempotency.Route{Operation: "import-lines", Command: ...})
+}
+
+// ValidateItems, called from Route.Command, refuses a batch whose item
+// IDs are missing, too long, not UTF-8, hold control characters or
+// repeat, before anything is stored.
+func ExampleValidateItems() {
+	fmt.Println(idempotency.ValidateItems([]string{"line-001", "line-002"}))
+	fmt.Println(idempotency.ValidateItems([]string{"line-001", "line-001"}))
+	fmt.Println(idempotency.ValidateItems([]string{"line-001", "line\x00"}))
+	// Output:
+	// <nil>
+	// idempotency: batch item 1: the item ID repeats an earlier item's
+	// idempotency: batch item 1: the item ID holds a control character
 }

@@ -24,6 +24,8 @@ const (
 	OutcomeReconciled         = "reconciled"           // an unsettled claim taken over and given to Route.Reconcile
 	OutcomeBusinessKey        = "business_key"         // a new key with a known business key: the first operation's answer
 	OutcomeOutdated           = "outdated"             // 422: UpgradeResponse refused a stored response's version
+	OutcomeForwarded          = "forwarded"            // sent to the scope's home region (Route.Homing)
+	OutcomeMisdirected        = "misdirected"          // 421: outside the scope's home region, not forwarded
 )
 
 type metrics struct {

@@ -54,6 +54,10 @@ var problemTitles = map[string]string{
 	CodeBusinessKeyReused: "The operation was already requested under another Idempotency-Key",
 	CodeResponseOutdated:  "The stored response is no longer served",
 	CodeInvalidHandle:     "The record's handle is malformed",
+	CodeWrongRegion:       "The request belongs to another region",
+	CodeRegionInvalid:     "The region header is malformed",
+	CodeHomeUnknown:       "The home region of the request is unknown",
+	CodeHomeUnreachable:   "The home region could not be reached",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter > 0

@@ -122,7 +122,8 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	defer cancel(nil)
 	stopRenew := rt.renewLease(hctx, cancel, id, c.token)
 	info := Info{Tenant: id.tenant, Operation: id.operation, Key: id.key, Token: c.token, Recovered: recovered}
-	hctx, out := withOutcome(withInfo(hctx, info))
+	items := &itemScope{rt: rt, id: id, token: c.token}
+	hctx, out := withOutcome(context.WithValue(withInfo(hctx, info), itemsKey{}, items))
 	req := r.WithContext(hctx)
 
 	if recovered && rt.cfg.Reconcile != nil {
@@ -140,7 +141,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 			panic(panicked)
 		case verdict == Settled:
 			stopRenew()
-			rt.store(bg, w, id, c.token, rw)
+			rt.store(bg, w, id, c.token, rw, items.used.Load())
 			return
 		case verdict != RunAgain:
 			stopRenew()
@@ -175,7 +176,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 		return
 	}
 	crashpoint.Hit("idempotency.before-store")
-	rt.store(bg, w, id, c.token, rw)
+	rt.store(bg, w, id, c.token, rw, items.used.Load())
 }
 
 // reconcile runs Route.Reconcile with a recorder.
@@ -185,12 +186,17 @@ func (rt *route) reconcile(r *http.Request, u Unsettled) (rw *recorder, v Verdic
 	return rw, rt.cfg.Reconcile(rw, r, u), nil
 }
 
-// store stores rw's response under the claim (token) and sends it.
-func (rt *route) store(ctx context.Context, w http.ResponseWriter, id recordID, token int64, rw *recorder) {
+// store stores rw's response under the claim (token) and sends it; with
+// items, the outcomes of the request's items (Item) go with it.
+func (rt *route) store(ctx context.Context, w http.ResponseWriter, id recordID, token int64, rw *recorder, items bool) {
 	headers, body, sealed, err := rt.encode(id, rw)
 	if err == nil {
 		var n int64
-		err = rt.e.db.QueryRow(ctx, rt.e.sql.complete, id.tenant, id.operation, id.stored(), token,
+		complete := rt.e.sql.complete
+		if items {
+			complete = rt.e.sql.completeItems
+		}
+		err = rt.e.db.QueryRow(ctx, complete, id.tenant, id.operation, id.stored(), token,
 			rw.code(), pgsql.JSON(headers), body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL),
 			rt.cfg.ResponseVersion, rt.businessLocation(rw), storableCode(rw, nil)).Scan(&n)
 		if err == nil && n == 0 {

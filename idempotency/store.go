@@ -90,6 +90,7 @@ type record struct {
 type statements struct {
 	claim, claimTx, lookup, complete, completeTx, unknown, unknownTx, release, released, unclaim, renew, prune, purgeBodies string
 	inProgress, unsettled, status, cleanupLag, claimBusinessKey, businessKeyHolder, pruneBusinessKeys, resolve, listUnknown string
+	itemClaim, itemLookup, itemStore, completeItems                                                                         string
 }
 
 // claimSQL inserts a fresh in_progress record, or takes over (a) an
@@ -328,6 +329,10 @@ func renderStatements(schema string) statements {
 		businessKeyHolder: pgsql.Render(businessKeyHolderSQL, schema),
 		pruneBusinessKeys: pgsql.Render(pruneBusinessKeysSQL, schema),
 		resolve:           pgsql.Render(resolveSQL, schema),
+		itemClaim:         pgsql.Render(itemClaimSQL, schema),
+		itemLookup:        pgsql.Render(itemLookupSQL, schema),
+		itemStore:         pgsql.Render(itemStoreSQL, schema),
+		completeItems:     pgsql.Render(completeItemsSQL, schema),
 		listUnknown:       pgsql.Render(listUnknownSQL, schema),
 	}
 }

@@ -97,6 +97,7 @@ var needs = map[Component][]tableGrant{
 	Edge: {
 		{"idempotency_keys", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 		{"idempotency_business_keys", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+		{"idempotency_items", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}}, // batch items (idempotency.Item)
 	},
 	Console: append(slices.Clip(readAll), tableGrant{"console_audit", sel}),
 	ConsoleWrite: {
