@@ -5,8 +5,9 @@
 // ID, then the inbox claim; standard queues: the inbox claim alone).
 //
 // It lives in a module of its own so that the AWS SDK stays out of
-// oncekit's go.mod. Its tests run it against fauxqs, an SQS emulator, with
-// the relay and the consumer SIGKILLed at random moments (main_test.go).
+// oncekit's go.mod. Its tests run it against fauxqs, an SQS emulator
+// (main_test.go), and run sqsbroker's publisher and source there with relay
+// and consumer processes SIGKILLed at random moments (kill_test.go).
 // The SDK's usual settings apply (AWS_REGION, credentials,
 // AWS_ENDPOINT_URL for an emulator).
 //

@@ -76,7 +76,7 @@ func cmpOr[T int | time.Duration](v, d T) T {
 // Summary's Failed says whether the history is right.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	cfg.defaults()
-	s := Summary{Broker: cfg.Broker.Name, Events: cfg.Events}
+	s := Summary{Broker: cfg.Broker.Name, Events: cfg.Events, Unordered: cfg.Broker.Unordered}
 	start := time.Now()
 	if _, err := cfg.Pool.Exec(ctx, `CREATE TABLE `+Effects+
 		` (id bigserial PRIMARY KEY, event_id uuid NOT NULL, key text NOT NULL, seq int NOT NULL)`); err != nil {
@@ -156,6 +156,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	var helperErr error
+	held := false // the broker still held messages at the last look
 	err = wait.Until(dctx, 100*time.Millisecond, func(ctx context.Context) error {
 		if helperErr = f.sweep(); helperErr != nil {
 			return nil // stop waiting
@@ -171,9 +172,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		if lost > 0 || bl.Pending > 0 {
 			return fmt.Errorf("%d events not applied, %d not published", lost, bl.Pending)
 		}
+		if idle := cfg.Broker.Idle; idle != nil {
+			ok, err := idle(ctx)
+			if held = !ok; err != nil || held {
+				return errors.Join(errors.New("the broker still holds messages"), err)
+			}
+		}
 		return nil
 	})
-	if err = errors.Join(helperErr, err); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	// A timeout with events lost is counted below; one with the broker
+	// still holding copies is not, and fails the run here.
+	if err = errors.Join(helperErr, err); err != nil && (held || !errors.Is(err, context.DeadlineExceeded)) {
 		return s, err
 	}
 	s.Drain = time.Since(drainFrom)
