@@ -145,9 +145,12 @@ func testWaitersDoNotStarve(t *testing.T, mode idempotency.Mode) {
 	}
 	require.EqualValues(t, 20+3*(1+200+20+200), runs.Load(), "each slow key ran once")
 	// A quiet p99 under 10 ms is taken as 10 ms: the timer and scheduler of
-	// a shared machine jitter by a few milliseconds.
+	// a shared machine jitter by a few milliseconds, and by tens of them at
+	// a load of 15 (rounds of 19 to 62 ms seen); a starved pool holds the
+	// unrelated requests for as long as the slow one runs, seconds.
 	q, l := median(quiet), median(loaded)
-	require.LessOrEqual(t, l, 2*max(q, 10*time.Millisecond),
+	q = max(q, 10*time.Millisecond)
+	require.LessOrEqual(t, l, max(3*q, q+100*time.Millisecond),
 		"unrelated p99 %v with %d retries waiting; quiet %v (rounds: %v, %v)", l, retries, q, loaded, quiet)
 }
 
