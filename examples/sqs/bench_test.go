@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,6 +290,7 @@ func peerReceive(b *testing.B, client *sqs.Client, n int) float64 {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	var failed atomic.Int64
 	start := time.Now()
 	for range peerWorkers {
 		wg.Add(1)
@@ -298,7 +300,10 @@ func peerReceive(b *testing.B, client *sqs.Client, n int) float64 {
 				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.queue),
 					MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 30, MessageAttributeNames: []string{"All"}})
 				if err != nil {
-					continue // ctx ended, or a failed call tried again
+					if ctx.Err() == nil && failed.Add(1) == 1 {
+						b.Logf("ReceiveMessage: %v", err) // tried again; what it held is visible again after 30 s
+					}
+					continue
 				}
 				var del []types.DeleteMessageBatchRequestEntry
 				for i, m := range out.Messages {
@@ -316,7 +321,9 @@ func peerReceive(b *testing.B, client *sqs.Client, n int) float64 {
 		}()
 	}
 	w.waitApplied(b, n)
-	return float64(n) / time.Since(start).Seconds()
+	rate := float64(n) / time.Since(start).Seconds()
+	b.ReportMetric(float64(failed.Load()), "sdk-receive-errors")
+	return rate
 }
 
 // waitApplied returns once w's effects table holds n rows.
