@@ -67,10 +67,13 @@ chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crash
 BENCH_COUNT ?= 3
 BENCH_NOTE  ?=
 
-bench: ## benchmarks against watermill and the raw limits (BENCH_COUNT runs each, 3 unless set); writes bench/RESULTS.md
+bench: ## benchmarks against watermill and the raw limits, Kafka against watermill-kafka and SQS against the bare SDK (BENCH_COUNT runs each, 3 unless set); writes bench/RESULTS.md
 	{ echo "date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "nproc: $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"; \
 	  echo "go: $$($(GO) env GOVERSION)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; } > bench.txt
 	cd bench && $(GO) test -run '^$$' -bench . -skip Scale -benchtime 1x -count $(BENCH_COUNT) -timeout 90m . | tee -a ../bench.txt
+	# Kafka (in-process kfake) and SQS (fauxqs) in their example modules, which hold their clients.
+	cd examples/kafka && $(GO) test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 20m . | tee -a ../../bench.txt
+	cd examples/sqs && $(GO) test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 20m . | tee -a ../../bench.txt
 	echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >> bench.txt
 	$(MAKE) --no-print-directory results
 

@@ -63,6 +63,9 @@ func writeSummary(w io.Writer, run *run) {
 	for _, line := range scaleVerdicts(run) {
 		fmt.Fprintln(w, "ratio", line)
 	}
+	for _, line := range brokerRatios(run) {
+		fmt.Fprintln(w, "ratio", line)
+	}
 	for _, t := range targets {
 		v, ok := t.figure(run)
 		if !ok {

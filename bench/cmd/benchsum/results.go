@@ -44,6 +44,7 @@ func writeResults(w io.Writer, r *run, note string) error {
 	}
 
 	writeLatency(&b, r)
+	writeBrokers(&b, r)
 
 	b.WriteString("\n## Every figure\n\n")
 	b.WriteString("`go-cpu-µs` is the benchmark process's CPU (oncekit or the peer, the NATS client and the in-process\n")
