@@ -9,3 +9,7 @@ func SkipMovedCheck(skip bool) { skipMovedCheck.Store(skip) }
 
 // ConnectReplication is connectReplication, for the external tests.
 var ConnectReplication = connectReplication
+
+// SweepSQL is the relay's sweep statement for schema, for the external
+// tests.
+func SweepSQL(schema string) string { return renderRelaySQL(schema).sweep }

@@ -200,12 +200,16 @@ func renderRelaySQL(schema string) relaySQL {
 		// before the previous look), or a held row that is due and heads its
 		// key (a retry come due, an unparked row). Followers of a key whose
 		// head is not due, and parked rows, are no work: a partition that
-		// holds only those is not named. Index scans of outbox_pending and
-		// of the small outbox_blocked per partition.
+		// holds only those is not named. Per partition, its last row (one
+		// step back along outbox_pending: the planner, which cannot tell
+		// where a cursor lies, would scan the table for a row after it) and
+		// the small outbox_blocked.
 		sweep: `SELECT coalesce(array_agg(p.partition), '{}') FROM {schema}.relay_partitions p
 			WHERE p.partition = ANY($1::int[]) AND (
-				EXISTS (SELECT 1 FROM {schema}.outbox o WHERE o.partition = p.partition
-					AND (o.txid, o.seq) > (coalesce(p.cursor_txid, '2'), coalesce(p.cursor_seq, 0)))
+				EXISTS (SELECT 1 FROM (
+					SELECT o.txid, o.seq FROM {schema}.outbox o WHERE o.partition = p.partition
+					ORDER BY o.txid DESC, o.seq DESC LIMIT 1) last
+					WHERE (last.txid, last.seq) > (p.cursor_txid, p.cursor_seq))
 				OR EXISTS (SELECT 1 FROM {schema}.outbox h WHERE h.partition = p.partition AND ` + held("h") + `
 					AND h.parked_at IS NULL AND h.next_attempt_at <= now()
 					AND (h.ordering_key = '' OR NOT EXISTS (
