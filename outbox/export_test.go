@@ -22,3 +22,7 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 	}
 	return (&LogicalRelay{repl: cfg}).connectReplication(ctx)
 }
+
+// SweepSQL is the relay's sweep statement for schema, for the external
+// tests.
+func SweepSQL(schema string) string { return renderRelaySQL(schema).sweep }

@@ -14,8 +14,12 @@ import (
 // the current snapshot xmin) and pokes their workers. It looks again after
 // BusyPollInterval while it finds work, doubling the wait on each empty look
 // up to PollInterval. A notification (from writers with Config.Notify, or
-// from Unpark) makes it look at once; every PollInterval it pokes all workers
-// regardless, which also picks up retries that came due.
+// from Unpark) makes it look at once. Every PollInterval it also sweeps: one
+// statement over the partitions it holds names those with work the probe
+// does not see (rows a batch left after the cursor, retries come due,
+// unparked rows), and only their workers are poked, so that an idle relay
+// costs a round trip or two per PollInterval, not one per partition. A sweep
+// that fails pokes every worker instead.
 
 // notifyAll is the payload that pokes every worker (sent by Unpark).
 const notifyAll = "all"
@@ -50,7 +54,7 @@ func (r *Relay) probeLoop(ctx context.Context) {
 		}
 		if r.since()-lastAll >= r.cfg.PollInterval {
 			lastAll = r.since()
-			r.pokeAll()
+			r.sweep(ctx)
 		}
 		found, waiting, xmin, err := r.probe(ctx, prev)
 		switch {
@@ -74,6 +78,35 @@ func (r *Relay) probeLoop(ctx context.Context) {
 	}
 }
 
+// sweep pokes the workers of the held partitions that have work the probe
+// does not see; every worker when it cannot tell.
+func (r *Relay) sweep(ctx context.Context) {
+	held := r.heldPartitions()
+	if len(held) == 0 {
+		return
+	}
+	var parts []int32
+	if err := r.pool.QueryRow(ctx, r.sql.sweep, held).Scan(&parts); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("sweep failed; poking every partition", "err", err)
+			r.pokeAll()
+		}
+		return
+	}
+	r.poke(parts)
+}
+
+// poke pokes the workers of parts that this relay runs.
+func (r *Relay) poke(parts []int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range parts {
+		if w := r.workers[int(p)]; w != nil {
+			w.poke()
+		}
+	}
+}
+
 // waitingPoll bounds the wait between looks while committed rows wait for
 // an older transaction to end.
 const waitingPoll = 5 * time.Millisecond
@@ -92,13 +125,7 @@ func (r *Relay) probe(ctx context.Context, prev string) (found, waiting bool, xm
 	if len(parts) == 0 {
 		return false, waiting, xmin, nil
 	}
-	r.mu.Lock()
-	for _, p := range parts {
-		if w := r.workers[int(p)]; w != nil {
-			w.poke()
-		}
-	}
-	r.mu.Unlock()
+	r.poke(parts)
 	return true, waiting, xmin, nil
 }
 

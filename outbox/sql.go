@@ -140,12 +140,12 @@ var backlogByPartitionSQL = unpublishedSQL + `
 
 // relaySQL holds the relay's statements, rendered once for a schema.
 type relaySQL struct {
-	partitionsBeyond                               string
-	heartbeat, acquire, renew, release, removeNode string
-	probe, fetch, fetchMain, advance, settle       string
-	prune                                          string
-	oldest, parked                                 string
-	listen                                         string
+	partitionsBeyond                                string
+	heartbeat, acquire, renew, release, removeNode  string
+	probe, sweep, fetch, fetchMain, advance, settle string
+	prune                                           string
+	oldest, parked                                  string
+	listen                                          string
 }
 
 func renderRelaySQL(schema string) relaySQL {
@@ -194,6 +194,28 @@ func renderRelaySQL(schema string) relaySQL {
 				SELECT 1 FROM unnest($1::int[]) AS p WHERE EXISTS (
 					SELECT 1 FROM {schema}.outbox o WHERE o.partition = p AND o.txid >= x.xmin))
 			FROM x`,
+
+		// Which of the partitions $1 have work that the probe does not
+		// see: a row after the cursor (one a batch left behind, or written
+		// before the previous look), or a held row that is due and heads its
+		// key (a retry come due, an unparked row). Followers of a key whose
+		// head is not due, and parked rows, are no work: a partition that
+		// holds only those is not named. Per partition, its last row (one
+		// step back along outbox_pending: the planner, which cannot tell
+		// where a cursor lies, would scan the table for a row after it) and
+		// the small outbox_blocked.
+		sweep: `SELECT coalesce(array_agg(p.partition), '{}') FROM {schema}.relay_partitions p
+			WHERE p.partition = ANY($1::int[]) AND (
+				EXISTS (SELECT 1 FROM (
+					SELECT o.txid, o.seq FROM {schema}.outbox o WHERE o.partition = p.partition
+					ORDER BY o.txid DESC, o.seq DESC LIMIT 1) last
+					WHERE (last.txid, last.seq) > (p.cursor_txid, p.cursor_seq))
+				OR EXISTS (SELECT 1 FROM {schema}.outbox h WHERE h.partition = p.partition AND ` + held("h") + `
+					AND h.parked_at IS NULL AND h.next_attempt_at <= now()
+					AND (h.ordering_key = '' OR NOT EXISTS (
+						SELECT 1 FROM {schema}.outbox e WHERE e.partition = h.partition
+						AND e.ordering_key = h.ordering_key AND ` + held("e") + `
+						AND (e.txid, e.seq) < (h.txid, h.seq)))))`,
 
 		// One batch of partition $1, at most $4 rows, only while this relay
 		// holds the lease (otherwise the cursor is NULL and nothing matches).
@@ -358,7 +380,7 @@ func renderRelaySQL(schema string) relaySQL {
 	q.listen = "LISTEN " + pgx.Identifier{NotifyChannel(schema)}.Sanitize()
 	for _, p := range []*string{
 		&q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,
-		&q.removeNode, &q.probe, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.prune, &q.oldest, &q.parked,
+		&q.removeNode, &q.probe, &q.sweep, &q.fetch, &q.fetchMain, &q.advance, &q.settle, &q.prune, &q.oldest, &q.parked,
 	} {
 		*p = pgsql.Render(*p, schema)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,14 +14,23 @@ import (
 
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/outbox/fleet"
 	"github.com/oncekit/oncekit/report"
 )
 
 const statusUsage = `status [--json] [--metrics URL ...] [--standby-url URL]
+status --fleet FILE [--json] [--timeout D]
 
 Reads every figure in one read-only transaction, each through an index or
 under a limit. Inbox processed and duplicate counts live in the consumers'
-metrics: give their /metrics URLs with --metrics to show them.`
+metrics: give their /metrics URLs with --metrics to show them.
+
+With --fleet, reads the databases of a relay fleet's list, 16 at a time,
+and prints a line each: its backlog, the age of its oldest unpublished event,
+its parked rows and the partitions under a live lease. A database not read
+within --timeout (connecting included), refusing the connection or the
+credentials, or without the migrations is shown DOWN with the reason,
+without delaying the others, and the command then exits 1.`
 
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "status", statusUsage)
@@ -39,11 +49,19 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return v, nil
 	}}
 	fs.Var(metricsURLs, "metrics", "a consumer's /metrics `URL`, for its processed and duplicate counts (repeatable)")
+	fleetFile := fs.String("fleet", "", "`FILE` listing a relay fleet's databases (as `oncekit relay --fleet`): a line per database instead of one database's status")
+	timeout := fs.Duration("timeout", 5*time.Second, "with --fleet, the longest wait for one database, connecting included")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	if *fleetFile != "" {
+		return runFleetStatus(ctx, e, fs, *fleetFile, *timeout, *asJSON)
+	}
+	if flagSet(fs, "timeout") {
+		return usagef("--timeout needs --fleet")
 	}
 	if err := nonNegative(fs, "overdue", "recent"); err != nil {
 		return err
@@ -81,6 +99,37 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e.stdout, rep)
 	}
 	return writeStatus(e, rep)
+}
+
+// runFleetStatus is `oncekit status --fleet FILE`.
+func runFleetStatus(ctx context.Context, e *env, fs *flag.FlagSet, file string, timeout time.Duration, asJSON bool) error {
+	for _, n := range []string{"database-url", "schema", "standby-url", "slot", "metrics", "overdue", "recent"} {
+		if flagSet(fs, n) {
+			return usagef("--fleet reads the databases its file lists: --%s does not apply", n)
+		}
+	}
+	if timeout <= 0 {
+		return usagef("--timeout: %v is not positive", timeout)
+	}
+	dbs, err := fleet.ReadFile(file)
+	if err != nil {
+		return usagef("--fleet: %v", err)
+	}
+	rows := fleetStatus(ctx, dbs, timeout)
+	if asJSON {
+		err = writeJSON(e.stdout, rows)
+	} else {
+		err = writeFleetStatus(e.stdout, rows)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if !r.Up {
+			return &exitError{code: 1}
+		}
+	}
+	return nil
 }
 
 // addConsumerMetrics reads the inbox counters of the consumers a /metrics

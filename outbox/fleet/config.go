@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekit/oncekit/internal/cfgerr"
@@ -127,7 +128,8 @@ var (
 )
 
 // checkDatabases returns an error naming the first bad entry of dbs: a bad
-// name, an empty URL, or a name or outbox (URL and schema) listed twice.
+// name, an empty URL, or a name or outbox (server, database and schema)
+// listed twice.
 // No URL appears in it.
 func checkDatabases(dbs []Database) error {
 	names := map[string]bool{}
@@ -145,13 +147,26 @@ func checkDatabases(dbs []Database) error {
 			return fmt.Errorf("%w: database %q: %w", ErrInvalidConfig, d.Name, err)
 		}
 		names[d.Name] = true
-		key := [2]string{d.URL, cmp.Or(d.Schema, pgsql.DefaultSchema)}
+		key := [2]string{server(d.URL), cmp.Or(d.Schema, pgsql.DefaultSchema)}
 		if other, ok := outboxes[key]; ok {
-			return fmt.Errorf("%w: databases %q and %q are one outbox (same url and schema)", ErrInvalidConfig, other, d.Name)
+			return fmt.Errorf("%w: databases %q and %q are one outbox (same server, database and schema)", ErrInvalidConfig, other, d.Name)
 		}
 		outboxes[key] = d.Name
 	}
 	return nil
+}
+
+// server is the host, port and database a connection string names, so
+// that one database spelt two ways (a URL and keyword/value settings,
+// another user or other parameters) is seen once; the string itself when
+// it does not parse (its relay then fails and is backed off). Host names
+// are not resolved: an alias is not seen.
+func server(url string) string {
+	c, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return url
+	}
+	return fmt.Sprintf("%s:%d/%s", c.Host, c.Port, c.Database)
 }
 
 // ReadFile reads a database list from a JSON file: an array of objects

@@ -95,11 +95,11 @@ func (rt *roundTrips) forward(c, up net.Conn) {
 	}
 }
 
-// An idle database costs its member a round trip per partition it holds
-// every PollInterval (the relay pokes every worker then, to pick up
-// retries come due), one probe per PollInterval, and its lease, stats and
-// fleet checks; and the connections they need. Measured with the relay's
-// default PollInterval and a longer one.
+// An idle database costs its member a probe and a sweep per PollInterval
+// (the sweep names the partitions with retries come due, none here, so no
+// worker is poked), and its lease, stats and fleet checks; and the
+// connections they need. Not a round trip per partition held. Measured with
+// the relay's default PollInterval and a longer one.
 func TestIdleDatabaseCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures a 20s window")
@@ -137,6 +137,6 @@ func idleCost(t *testing.T, poll time.Duration) {
 		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, w.name).Scan(&conns))
 	t.Logf("idle database, 16 partitions held, PollInterval %v: %.1f round trips/s, %d connections open (budget %v)",
 		poll, perSecond, conns, testenv.Metric(t, m.reg, "oncekit_fleet_database_connections_budget", "database", "idle"))
-	require.Less(t, perSecond, 1.5*17/poll.Seconds()+3)
+	require.Less(t, perSecond, 2.5*2/poll.Seconds()+3) // 16 workers poked per PollInterval would be 32/s more at 500ms
 	require.LessOrEqual(t, conns, 5)
 }
