@@ -85,7 +85,7 @@ primary_slot_name = '%s'
 	if err := appendFile(filepath.Join(s.data, "standby.signal"), ""); err != nil {
 		return fail(err)
 	}
-	if err := s.Start(ctx); err != nil {
+	if err := s.firstStart(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}

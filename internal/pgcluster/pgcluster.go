@@ -1,9 +1,11 @@
 package pgcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -133,6 +135,9 @@ func chownToPostgres(dir string) error {
 	return os.Chown(dir, uid, gid)
 }
 
+// pickPort picks a new cluster's port: freePort, or a test's choice.
+var pickPort = freePort
+
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -249,6 +254,64 @@ func (p *Cluster) Start(ctx context.Context) error {
 		}
 		return conn.Close(ctx)
 	})
+}
+
+// firstStart starts a new cluster's server. The port was free when it was
+// picked, but another process may have bound it since (initdb takes
+// seconds): the server then fails to listen, and firstStart picks another
+// port and tries again, a few times.
+func (p *Cluster) firstStart(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		from := logSize(p.logPath)
+		err := p.Start(ctx)
+		if err == nil || attempt == 5 || !portTaken(p.logPath, from) {
+			return err
+		}
+		port, perr := freePort()
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		if werr := appendConf(p.data, fmt.Sprintf("\n# the port above was taken\nport = %d\n", port)); werr != nil {
+			return errors.Join(err, werr)
+		}
+		p.port = port
+	}
+}
+
+func logSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// portTaken reports whether the log, from byte from on, says the server
+// could not bind its address.
+func portTaken(path string, from int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return false
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	return bytes.Contains(b, []byte("Address already in use"))
+}
+
+// appendConf appends lines to dir's postgresql.conf (later lines win).
+func appendConf(dir, lines string) error {
+	f, err := os.OpenFile(filepath.Join(dir, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(lines); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Close stops the server at once and removes its data directory. It is safe

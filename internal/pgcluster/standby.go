@@ -47,7 +47,7 @@ func (p *Cluster) StandbyVia(ctx context.Context, addr string) (*Cluster, error)
 	if err := f.Close(); err != nil {
 		return fail(err)
 	}
-	if err := s.Start(ctx); err != nil {
+	if err := s.firstStart(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (p *Cluster) StandbyVia(ctx context.Context, addr string) (*Cluster, error)
 // newStandby makes the directory and picks the port of a new standby of
 // p, with p's server programs and log; nothing runs yet.
 func (p *Cluster) newStandby() (*Cluster, error) {
-	port, err := freePort()
+	port, err := pickPort()
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ func StartIn(ctx context.Context, bin string, opt Options) (*Cluster, error) {
 	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
 	}
-	port, err := freePort()
+	port, err := pickPort()
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func StartIn(ctx context.Context, bin string, opt Options) (*Cluster, error) {
 		_ = os.RemoveAll(base)
 		return nil, err
 	}
-	if err := p.Start(ctx); err != nil {
+	if err := p.firstStart(ctx); err != nil {
 		p.Close()
 		return nil, err
 	}
