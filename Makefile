@@ -14,8 +14,8 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 	$(GO) vet ./...
 	$(GO) test -race -timeout 30m ./...
 	cd cmd/oncekit && $(GO) vet ./... && $(GO) test -race -timeout 20m ./...
-	cd internal/brokertests && $(GO) vet ./... && $(GO) test -race -timeout 20m ./...
-	cd internal/browsertests && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
+	cd internal/testkit/brokertests && $(GO) vet ./... && $(GO) test -race -timeout 20m ./...
+	cd internal/testkit/browsertests && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	cd oncekitotel && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	cd bench && $(GO) vet ./... && $(GO) test ./cmd/...
 	cd examples/kafka && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
@@ -25,9 +25,9 @@ test: ## run every test with the race detector (real PostgreSQL and NATS)
 PGBOUNCER_URL := postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable&default_query_exec_mode=exec
 
 test-pooled: ## the library's tests through PgBouncer in transaction mode (started on 127.0.0.1:6432; apt-get install pgbouncer); lists the tests left out and why
-	$(GO) run ./internal/testenv/cmd/pgbouncer -listen 6432
+	$(GO) run ./internal/testkit/testenv/cmd/pgbouncer -listen 6432
 	# The chaos harness has a pooled run of its own: make chaos POOLER=pgbouncer.
-	DATABASE_URL='$(PGBOUNCER_URL)' $(GO) test -v -timeout 30m $$($(GO) list ./... | grep -v /internal/chaos) > test-pooled.txt 2>&1; rc=$$?; \
+	DATABASE_URL='$(PGBOUNCER_URL)' $(GO) test -v -timeout 30m $$($(GO) list ./... | grep -v /internal/testkit/chaos) > test-pooled.txt 2>&1; rc=$$?; \
 	  grep -E '^(ok|FAIL|panic:)|--- FAIL' test-pooled.txt; \
 	  echo "ran through PgBouncer: $$(grep -cE '^\s*--- PASS' test-pooled.txt) passed, $$(grep -cE '^\s*--- FAIL' test-pooled.txt) failed, $$(grep -cE '^\s*--- SKIP' test-pooled.txt) skipped"; \
 	  echo "left out, with why:"; grep -A1 'needs a direct connection to PostgreSQL' test-pooled.txt | grep -v '^--$$' | sed -E 's/^ +//'; \
@@ -62,7 +62,7 @@ RATE     ?=
 
 chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…, RATE=requests/s, RELAY=logical, POOLER=pgbouncer, FAILOVER=sync|async, PG=17)
 	$(if $(filter 17,$(PG)),./scripts/install-pg17.sh)
-	$(GO) run ./internal/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE)) $(if $(RELAY),-relay $(RELAY)) $(if $(POOLER),-pooler $(POOLER)) $(if $(FAILOVER),-failover $(FAILOVER)) $(if $(PG),-pg $(PG))
+	$(GO) run ./internal/testkit/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE)) $(if $(RELAY),-relay $(RELAY)) $(if $(POOLER),-pooler $(POOLER)) $(if $(FAILOVER),-failover $(FAILOVER)) $(if $(PG),-pg $(PG))
 
 BENCH_COUNT ?= 3
 BENCH_NOTE  ?=
@@ -98,15 +98,15 @@ VERSION ?=
 
 api: ## write the exported API of a release to api/$(VERSION).txt (VERSION=v0.2.0); make test holds later changes to it
 	@test -n "$(VERSION)" || { echo "make api VERSION=vX.Y.Z"; exit 2; }
-	$(GO) run ./internal/apiguard/cmd/apilist > api/$(VERSION).txt
+	$(GO) run ./internal/testkit/apiguard/cmd/apilist > api/$(VERSION).txt
 
 release: ## tag every released module together at one commit (VERSION=v0.2.0): checks the API, points the go.mod files at VERSION, lists the API, installs from a module proxy of the commit; pushes nothing
 	@test -n "$(VERSION)" || { echo "make release VERSION=vX.Y.Z"; exit 2; }
-	bash internal/release/release.sh $(VERSION)
+	bash internal/testkit/release/release.sh $(VERSION)
 
 vet: ## go vet, in every module
 	$(GO) vet ./...
-	for m in cmd/oncekit internal/brokertests internal/browsertests oncekitotel bench examples/kafka examples/sqs examples/orm; do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in cmd/oncekit internal/testkit/brokertests internal/testkit/browsertests oncekitotel bench examples/kafka examples/sqs examples/orm; do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 FUZZTIME ?= 30s
 # Every fuzz target, as package:target. The hostile-input targets (inbox,
@@ -114,7 +114,7 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := ./inbox:FuzzConsumeHostileMessages ./sideeffect:FuzzDispatchHostileAnswers \
 	./idempotency:FuzzEdgeHostileRequests ./idempotency:FuzzCanonicalJSON ./idempotency:FuzzParseKey \
 	./sideeffect/webhook:FuzzParseRetryAfter ./tracecontext:FuzzTraceparent ./internal/untrusted:FuzzKey \
-	./internal/redact:FuzzString ./internal/chaos:FuzzCommitTracker ./outbox:FuzzWALDecode
+	./internal/redact:FuzzString ./internal/testkit/chaos:FuzzCommitTracker ./outbox:FuzzWALDecode
 
 fuzz: ## run every fuzz target for FUZZTIME each (30s unless set); their seed corpora run in `make test`
 	@set -e; for t in $(FUZZ_TARGETS); do \

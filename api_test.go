@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/mod/semver"
 
-	"github.com/oncekit/oncekit/internal/apiguard"
+	"github.com/oncekit/oncekit/internal/testkit/apiguard"
 )
 
 // goList runs `go list` with a template over the module's packages.

@@ -30,7 +30,7 @@ var owners = map[string]string{
 // the migrations that make them; the chaos checker, an oracle that must
 // not share the reads it checks; the console's test seed; the payments
 // example's own checks of its run.
-var sqlApart = []string{"migrations", "internal/chaos", "internal/consoletest", "examples"}
+var sqlApart = []string{"migrations", "internal/testkit/chaos", "internal/testkit/consoletest", "examples"}
 
 // No package but a table's owner names it in SQL: {schema}.t, "schema".t,
 // FROM/JOIN/INTO/UPDATE t, or a table("t") helper.

@@ -27,7 +27,7 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/eventsig"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // consumeN is the number of messages each BenchmarkConsume run consumes:

@@ -21,7 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/oncekit/oncekit"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/sideeffect"
 	"github.com/oncekit/oncekit/sideeffect/webhook"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncekit/oncekit/internal/pgcluster"
+	"github.com/oncekit/oncekit/internal/testkit/pgcluster"
 )
 
 // scaleServerEnv names an environment variable that, set to "throwaway",

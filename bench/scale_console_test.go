@@ -14,7 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/console"
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // fillDead adds dead letters of consumer "bench" over 30 days, replayed

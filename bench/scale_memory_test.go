@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // retentionUnderLoad runs the retention pass retain over the backlog filled

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/internal/retention"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // BenchmarkScale measures how each hot path's cost grows with the rows its

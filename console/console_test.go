@@ -18,8 +18,8 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/console"
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/consoletest"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/consoletest"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/report"
 )
 

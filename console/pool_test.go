@@ -9,8 +9,8 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/console"
-	"github.com/oncekit/oncekit/internal/consoletest"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/consoletest"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // onlyPool is a pool with nothing but oncekit.Pool's methods, as a

@@ -19,7 +19,7 @@ import (
 	"github.com/oncekit/oncekit/drift"
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/outbox/fleet"
 	"github.com/oncekit/oncekit/sideeffect"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/drift"
 	"github.com/oncekit/oncekit/internal/cfgerr/cfgerrtest"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -22,7 +22,7 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/eventsig"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 func newKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/oncekit/oncekit/idempotency"
 	"github.com/oncekit/oncekit/internal/crashpoint"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // FuzzEdgeHostileRequests sends the edge (SameTx and Separate routes on a

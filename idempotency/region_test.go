@@ -15,7 +15,7 @@ import (
 
 	"github.com/oncekit/oncekit/drift"
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // regionDB is a region's own store: a database of its own on the test

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // tripConn counts round trips on a PostgreSQL connection: each run of writes

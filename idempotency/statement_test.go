@@ -14,7 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/idempotency"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // An edge whose role lost its grant on idempotency_keys answers every

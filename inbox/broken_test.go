@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // A claim PostgreSQL refuses for every message (the runtime role lost its

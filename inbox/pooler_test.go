@@ -13,7 +13,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // Through PgBouncer in transaction pooling mode, with pgx describing

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // claimsDB is a schema of its own and an inbox Store on it, for the tests of

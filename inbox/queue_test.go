@@ -15,7 +15,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/inbox"
 	"github.com/oncekit/oncekit/internal/pgsql"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 const queueEffect = `INSERT INTO effects (message_id, attempt) VALUES ($1, $2)`

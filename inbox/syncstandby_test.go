@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // A claim can be visible on a primary before its synchronous standby has

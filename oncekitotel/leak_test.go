@@ -3,7 +3,7 @@ package oncekitotel_test
 import (
 	"testing"
 
-	"github.com/oncekit/oncekit/internal/leaktest"
+	"github.com/oncekit/oncekit/internal/testkit/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.Main(m) }

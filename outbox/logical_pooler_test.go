@@ -11,7 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/pgsql"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/oncekit/oncekit/internal/leaktest"
+	"github.com/oncekit/oncekit/internal/testkit/leaktest"
 )
 
 func TestMain(m *testing.M) {

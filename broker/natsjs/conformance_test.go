@@ -10,7 +10,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/brokertest"
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // natsjs passes the broker conformance suite: JetStream dedups by

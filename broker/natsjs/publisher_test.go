@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // publisherOn starts a server with a stream named after the test that

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/pgcluster"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/pgcluster"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/migrations"
 	"github.com/oncekit/oncekit/outbox"
 )

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/oncekit/oncekit/internal/leaktest"
+	"github.com/oncekit/oncekit/internal/testkit/leaktest"
 )
 
 // The DLQ replay tests read from Redis streams through

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/internal/pgcluster"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/pgcluster"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // Every command connects through PgBouncer in transaction mode with its

@@ -18,7 +18,7 @@ import (
 	"github.com/oncekit/oncekit/examples/kafka/kafkabroker"
 	"github.com/oncekit/oncekit/examples/kafka/kafkatest"
 	"github.com/oncekit/oncekit/inbox"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/oncekittest"
 	"github.com/oncekit/oncekit/outbox"
 )

@@ -12,8 +12,8 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/examples/kafka/kafkabroker"
 	"github.com/oncekit/oncekit/examples/kafka/kafkatest"
-	"github.com/oncekit/oncekit/internal/brokerkill"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/brokerkill"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 // The helper processes find the cluster and the topic in their environment.

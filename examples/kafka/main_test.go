@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/oncekit/oncekit/internal/leaktest"
+	"github.com/oncekit/oncekit/internal/testkit/leaktest"
 )
 
 // Goroutines of sarama's dependencies that outlive its Close on their own

@@ -15,7 +15,7 @@ import (
 
 	"github.com/oncekit/oncekit/examples/kafka/kafkabroker"
 	"github.com/oncekit/oncekit/examples/kafka/kafkatest"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/watermill/aspubsub"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekit/oncekit/broker"
-	"github.com/oncekit/oncekit/internal/brokerkill"
 	"github.com/oncekit/oncekit/internal/crashpoint"
+	"github.com/oncekit/oncekit/internal/testkit/brokerkill"
 )
 
 // A consumer process SIGKILLed with a message in hand (handled, not

@@ -17,7 +17,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/examples/sqs/fauxqs"
-	"github.com/oncekit/oncekit/internal/brokerkill"
+	"github.com/oncekit/oncekit/internal/testkit/brokerkill"
 	"github.com/oncekit/oncekit/oncekittest"
 	"github.com/oncekit/oncekit/outbox"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/internal/retention"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
 )
 
 func TestRetentionSpacing(t *testing.T) {

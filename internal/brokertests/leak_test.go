@@ -1,9 +1,0 @@
-package brokertests_test
-
-import (
-	"testing"
-
-	"github.com/oncekit/oncekit/internal/leaktest"
-)
-
-func TestMain(m *testing.M) { leaktest.Main(m, leaktest.RedisStreamReader) }

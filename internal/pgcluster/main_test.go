@@ -1,9 +1,0 @@
-package pgcluster
-
-import (
-	"testing"
-
-	"github.com/oncekit/oncekit/internal/leaktest"
-)
-
-func TestMain(m *testing.M) { leaktest.Main(m) }

@@ -1,0 +1,9 @@
+package apiguard
+
+import (
+	"testing"
+
+	"github.com/oncekit/oncekit/internal/testkit/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.Main(m) }
