@@ -7,9 +7,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,11 +42,24 @@ var Poolers = []string{"none", "pgbouncer"}
 // relay opens no LISTEN connection through it (it detects the pooler and
 // polls). default_pool_size (20 server connections) queues the rest, as it
 // would in production.
+//
+// PgBouncer 1.18 can crash under these faults (an assertion, "bad client
+// state", after a client's cancel request meets a server connection that
+// died): the run restarts it on its address, as systemd's Restart= would,
+// and counts the restarts (Restarts).
 type PgBouncer struct {
 	addr string
 	dir  string
-	done chan struct{}
-	pgid int
+	path string // the command, to start it again
+	args []string
+	env  []string
+
+	mu       sync.Mutex
+	done     chan struct{} // closed when the current process ends
+	pgid     int
+	closing  bool
+	ended    chan struct{} // closed when no process will run again
+	restarts atomic.Int64
 }
 
 // StartPgBouncer starts PgBouncer on a free port of 127.0.0.1 in front of
@@ -74,9 +90,23 @@ func StartPgBouncer(ctx context.Context, dir, upstream string) (*PgBouncer, erro
 	if err := appendFile(filepath.Join(dir, "pgbouncer.ini"), "stats_users = postgres\n"); err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	b := &PgBouncer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), dir: dir,
+		path: cmd.Path, args: cmd.Args[1:], env: cmd.Env, ended: make(chan struct{})}
+	if err := b.start(ctx); err != nil {
+		b.Close()
 		return nil, err
+	}
+	go b.supervise(ctx)
+	return b, nil
+}
+
+// start starts the process and waits until it accepts connections.
+func (b *PgBouncer) start(ctx context.Context) error {
+	cmd := exec.Command(b.path, b.args...)
+	cmd.Env = b.env
+	logf, err := os.OpenFile(filepath.Join(b.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -84,14 +114,30 @@ func StartPgBouncer(ctx context.Context, dir, upstream string) (*PgBouncer, erro
 	// runuser, which passes no signal on to pgbouncer.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start pgbouncer: %w", err)
+		return fmt.Errorf("start pgbouncer: %w", err)
 	}
-	b := &PgBouncer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), dir: dir, done: make(chan struct{}), pgid: cmd.Process.Pid}
-	go func() { _ = cmd.Wait(); close(b.done) }()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	b.mu.Lock()
+	if b.closing { // closed while it was starting
+		b.mu.Unlock()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return errExited
+	}
+	b.done, b.pgid = done, cmd.Process.Pid
+	b.mu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	go func() { // a process that ends stops the wait
+		select {
+		case <-done:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
 	err = poll(sctx, func(ctx context.Context) error {
-		if wait.Closed(b.done) {
+		if wait.Closed(done) {
 			return errExited
 		}
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", b.addr)
@@ -101,11 +147,37 @@ func StartPgBouncer(ctx context.Context, dir, upstream string) (*PgBouncer, erro
 		return err
 	})
 	if err != nil {
-		b.Close()
-		return nil, fmt.Errorf("pgbouncer did not start (logs in %s): %w", dir, err)
+		return fmt.Errorf("pgbouncer did not start (logs in %s): %w", b.dir, err)
 	}
-	return b, nil
+	return nil
 }
+
+// supervise starts PgBouncer again each time it dies, until Close.
+func (b *PgBouncer) supervise(ctx context.Context) {
+	defer close(b.ended)
+	for {
+		b.mu.Lock()
+		done := b.done
+		b.mu.Unlock()
+		<-done
+		b.mu.Lock()
+		closing := b.closing
+		b.mu.Unlock()
+		if closing || !wait.Sleep(ctx, time.Second) {
+			return
+		}
+		b.restarts.Add(1)
+		// A killed PgBouncer leaves its pid file, which makes the next
+		// refuse to start.
+		_ = os.Remove(filepath.Join(b.dir, "pgbouncer.pid"))
+		if err := b.start(ctx); err != nil {
+			return
+		}
+	}
+}
+
+// Restarts returns how many times PgBouncer died and was started again.
+func (b *PgBouncer) Restarts() int { return int(b.restarts.Load()) }
 
 var errExited = errors.New("exited")
 
@@ -131,17 +203,25 @@ func (b *PgBouncer) Addr() string { return b.addr }
 // Dir returns the directory of its configuration and log.
 func (b *PgBouncer) Dir() string { return b.dir }
 
-// Exited reports whether the PgBouncer process has ended.
-func (b *PgBouncer) Exited() bool { return wait.Closed(b.done) }
+// Exited reports whether PgBouncer has ended for good: closed, or dead
+// and not started again.
+func (b *PgBouncer) Exited() bool { return wait.Closed(b.ended) }
 
 // Close ends PgBouncer: SIGTERM (its immediate shutdown), SIGKILL after 10 s.
 func (b *PgBouncer) Close() {
-	_ = syscall.Kill(-b.pgid, syscall.SIGTERM)
+	b.mu.Lock()
+	b.closing = true
+	done, pgid := b.done, b.pgid
+	b.mu.Unlock()
+	if done == nil {
+		return
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
-	case <-b.done:
+	case <-done:
 	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-b.pgid, syscall.SIGKILL)
-		<-b.done
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-done
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,4 +143,45 @@ func TestRunRefusesFailoverOptionsThatCannotRun(t *testing.T) {
 		" failover_cut_max_ms=1000 ", " replay_applied=2 ", " failover=async verdict="} {
 		assert.Contains(t, res.Line(), want)
 	}
+}
+
+// PgBouncer that dies (SIGKILL here; an assertion of its own in a run) is
+// started again on its address, as systemd would, and counted.
+func TestPgBouncerThatDiesIsStartedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "oncekit-chaos-pooler-") // not t.TempDir: the postgres user must reach it
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	b, err := StartPgBouncer(ctx, filepath.Join(dir, "pgbouncer"), "127.0.0.1:5432")
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	url, err := b.URL("postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "exec")
+	require.NoError(t, err)
+	serves := func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "SELECT 1")
+		return err
+	}
+	require.NoError(t, serves(ctx))
+
+	b.mu.Lock()
+	pgid := b.pgid
+	b.mu.Unlock()
+	require.NoError(t, syscall.Kill(-pgid, syscall.SIGKILL))
+	require.NoError(t, poll(ctx, func(ctx context.Context) error {
+		if b.Restarts() != 1 {
+			return fmt.Errorf("restarts %d", b.Restarts())
+		}
+		return serves(ctx)
+	}))
+	require.False(t, b.Exited())
+	b.Close()
+	require.Eventually(t, b.Exited, 10*time.Second, 10*time.Millisecond, "closed, it is not started again")
+	require.Equal(t, 1, b.Restarts())
 }

@@ -78,6 +78,7 @@ type Result struct {
 	Drained                bool
 	Dir                    string
 	Pooler                 string // Options.Pooler, "none" for none
+	PoolerRestarts         int    // PgBouncer deaths the run restarted it from
 	Failover               string // Options.Failover, "none" for none
 	// Replay is the stream window replayed to the consumer after an
 	// asynchronous failover, and the lost effects before it.
@@ -98,8 +99,12 @@ func (r *Result) Line() string {
 			failover += " replay_" + f
 		}
 	}
+	pooler := cmp.Or(r.Pooler, "none")
+	if pooler != "none" {
+		failover += fmt.Sprintf(" pooler_restarts=%d", r.PoolerRestarts)
+	}
 	return fmt.Sprintf("chaos: %s kills=%d random_kills=%d crashpoint_kills=%d nats_node_kills=%d pg_restarts=%d failovers=%d conn_drops=%d commit_drops=%d drift_exit=%d%s pooler=%s failover=%s verdict=%s",
-		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.Failovers, r.ConnDrops, r.CommitDrops, r.DriftExit, failover, cmp.Or(r.Pooler, "none"), cmp.Or(r.Failover, "none"), verdict)
+		r.Verdict.Summary(), r.Kills, r.RandomKills, r.CrashpointKills, r.NATSNodeKills, r.PGRestarts, r.Failovers, r.ConnDrops, r.CommitDrops, r.DriftExit, failover, pooler, cmp.Or(r.Failover, "none"), verdict)
 }
 
 // BrokenBuilds names the payments example's deliberately broken builds
@@ -370,6 +375,9 @@ func Run(ctx context.Context, opt Options) (res *Result, err error) {
 	}
 	st := sup.Stats()
 	res.Kills, res.CrashpointKills = st.Kills+st.CrashPoints, st.CrashPoints
+	if bouncer != nil {
+		res.PoolerRestarts = bouncer.Restarts()
+	}
 
 	calls, err := providerCalls(ctx, providerURL)
 	if err != nil {
