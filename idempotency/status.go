@@ -11,10 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// CodeKeyNotFound is the status resource's answer for a key without a record
-// in the caller's scope.
-const CodeKeyNotFound = "IDEMPOTENCY_KEY_NOT_FOUND"
-
 // Status is the status resource's answer: what the record of a key says.
 type Status struct {
 	Operation   string     `json:"operation"`

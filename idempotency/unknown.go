@@ -10,13 +10,6 @@ import (
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
-// CodeOutcomeUnknown answers a request whose record is unknown: the
-// operation may have happened (a provider's answer was lost). The client
-// must not retry blindly: it polls the status resource (the answer's Link,
-// rel "monitor") until the record is settled, then retries with the same
-// key and gets its answer.
-const CodeOutcomeUnknown = "IDEMPOTENCY_OUTCOME_UNKNOWN"
-
 // ErrNotInRoute is returned by Unknown for a request that did not come
 // through an idempotent route's claim.
 var ErrNotInRoute = errors.New("idempotency: the request holds no claim")
