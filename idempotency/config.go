@@ -196,7 +196,7 @@ type Route struct {
 	// Verdict). Without Reconcile, a dead owner's claim is recovered by
 	// running the handler again, and an unknown record waits for an
 	// operator (Edge.Resolve). Separate mode only.
-	Reconcile func(w http.ResponseWriter, r *http.Request, u Unsettled) Verdict
+	Reconcile func(w http.ResponseWriter, r *http.Request, u InDoubt) Verdict
 	// StatusPath is where the route's status resource (StatusHandler) is
 	// mounted, with "{digest}" standing for the key's digest (StoredKey),
 	// never the key itself, for instance

@@ -128,7 +128,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 
 	if recovered && rt.cfg.Reconcile != nil {
 		rt.count(OutcomeReconciled)
-		u := Unsettled{Info: info, State: StateInProgress, Reason: c.reason}
+		u := InDoubt{Info: info, State: StateInProgress, Reason: c.reason}
 		if c.wasUnknown {
 			u.State = StateUnknown
 		}
@@ -180,7 +180,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 }
 
 // reconcile runs Route.Reconcile with a recorder.
-func (rt *route) reconcile(r *http.Request, u Unsettled) (rw *recorder, v Verdict, panicked any) {
+func (rt *route) reconcile(r *http.Request, u InDoubt) (rw *recorder, v Verdict, panicked any) {
 	rw = newRecorder()
 	defer func() { panicked = recover() }()
 	return rw, rt.cfg.Reconcile(rw, r, u), nil

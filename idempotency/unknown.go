@@ -58,9 +58,12 @@ func withOutcome(ctx context.Context) (context.Context, *outcome) {
 	return context.WithValue(ctx, outcomeKey{}, o), o
 }
 
-// Unsettled is a record whose outcome the edge cannot prove, as
-// Route.Reconcile receives it.
-type Unsettled struct {
+// InDoubt is a request in doubt, as Route.Reconcile receives it: a retry
+// that took over a record whose outcome the edge cannot prove (a claim
+// whose owner died, or a record a handler left unknown). It is not the
+// operators' list of unsettled records (Edge.Unsettled), nor the records
+// Edge.Resolve accepts.
+type InDoubt struct {
 	// Info is the request's identity; Token is the new claim's.
 	Info
 	// State is StateInProgress when the previous owner died mid-handler
