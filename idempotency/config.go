@@ -197,9 +197,9 @@ type Route struct {
 	// running the handler again, and an unknown record waits for an
 	// operator (Edge.Resolve). Separate mode only.
 	Reconcile func(w http.ResponseWriter, r *http.Request, u InDoubt) Verdict
-	// StatusPath is where the route's status resource (StatusHandler) is
-	// mounted, with "{digest}" standing for the key's digest (StoredKey),
-	// never the key itself, for instance
+	// StatusPath is where the route's status resource
+	// (Edge.StatusHandler(Operation)) is mounted, with "{digest}" standing
+	// for the key's digest (StoredKey), never the key itself, for instance
 	// "/idempotency/create-payment/{digest}": an unknown answer links to it.
 	// A path with "{key}" is refused: it would put the raw key in every
 	// access log, gateway log and trace the link passes through. Defaults
