@@ -8,7 +8,7 @@ package idempotency
 //	CodeMissingKey            400          no Idempotency-Key on a route that requires one
 //	CodeInvalidKey            400          a malformed key, or two Idempotency-Key headers
 //	CodeBodyUnreadable        400          a body that could not be read
-//	CodeBodyInvalid           400          a body Route.Command or Route.BusinessKey refused
+//	CodeBodyInvalid           400          a body Route.Command or Route.BusinessKey.Of refused
 //	CodeInvalidHandle         400          a status resource addressed by anything but a key's digest
 //	CodeRegionInvalid         400          an Idempotency-Forwarded-From that is not one region name
 //	CodeScopeRejected         403 (or its) Route.Tenant refused the request, or found no scope
