@@ -20,7 +20,7 @@ package idempotency
 //	CodeWrongRegion           421          a request outside its scope's home region, not forwarded
 //	CodeKeyReused             422          the key with another body
 //	CodeKeyExpired            422          the key after its stored response expired
-//	CodeResponseOutdated      422          Route.UpgradeResponse refused a stored response
+//	CodeResponseOutdated      422          Route.ResponseVersions.Upgrade refused a stored response
 //	CodeKeyFlood              429          a new key past Route.NewKeysPerMinute
 //	CodeHomeUnreachable       502          the home region could not be reached
 //	CodeStoreUnavailable      503          PostgreSQL could not be reached
@@ -58,7 +58,7 @@ const (
 	// another Idempotency-Key (Route.BusinessKey).
 	CodeBusinessKeyReused = "BUSINESS_KEY_REUSED"
 	// CodeResponseOutdated answers a replay whose stored response
-	// Route.UpgradeResponse refused.
+	// Route.ResponseVersions.Upgrade refused.
 	CodeResponseOutdated = "IDEMPOTENCY_RESPONSE_OUTDATED"
 	// CodeInvalidHandle answers a status resource addressed by anything
 	// but a key's digest (StoredKey: 64 lower-case hex digits).

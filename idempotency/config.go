@@ -205,17 +205,10 @@ type Route struct {
 	// access log, gateway log and trace the link passes through. Defaults
 	// to "": no link.
 	StatusPath string
-	// ResponseVersion is the version of the shape of the route's responses,
-	// stored with each. Raise it when a deploy changes that shape. Defaults
-	// to 0.
-	ResponseVersion int
-	// UpgradeResponse, when set, is called before replaying a response
-	// stored under an older ResponseVersion (from): it may rewrite the
-	// response in place to the current shape, or return an error to refuse
-	// the replay, which answers 422 IDEMPOTENCY_RESPONSE_OUTDATED (linking
-	// the resource's Location when the response had one). Defaults to nil:
-	// a response is replayed as it was stored, whatever its version.
-	UpgradeResponse func(resp *StoredResponse, from int) error
+	// ResponseVersions, when set, versions the shape of the route's
+	// responses across deploys (see ResponseVersions). Defaults to nil:
+	// every response is stored as version 0 and replayed as it was stored.
+	ResponseVersions *ResponseVersions
 	// Command, when set, returns the request's validated command (defaults
 	// applied, unknown fields dropped, the API version included), which is
 	// fingerprinted instead of the raw body, so that two spellings of one
@@ -265,6 +258,31 @@ type BusinessKey struct {
 	// operation's, instead of replaying that operation's response.
 	// Defaults to false.
 	Conflict bool
+}
+
+// ResponseVersions versions the shape of a route's responses: each stored
+// response carries the version it was stored under, and a replay of an
+// older one goes through Upgrade.
+type ResponseVersions struct {
+	// Current is the version of the shape of the route's responses,
+	// stored with each. Raise it when a deploy changes that shape.
+	// Defaults to 0.
+	Current int
+	// Upgrade, when set, is called before replaying a response stored
+	// under an older version (from): it may rewrite the response in place
+	// to the current shape, or return an error to refuse the replay, which
+	// answers 422 IDEMPOTENCY_RESPONSE_OUTDATED (linking the resource's
+	// Location when the response had one). Defaults to nil: a response is
+	// replayed as it was stored, whatever its version.
+	Upgrade func(resp *StoredResponse, from int) error
+}
+
+// responseVersion is the version the route's responses are stored under.
+func (r *Route) responseVersion() int {
+	if r.ResponseVersions == nil {
+		return 0
+	}
+	return r.ResponseVersions.Current
 }
 
 // DefaultReplayHeaders are the response headers replayed unless a Route says
@@ -332,8 +350,11 @@ func (r *Route) validate() error {
 	case r.Tenant == nil:
 		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute", "ResponseVersion"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
 		return err
+	}
+	if r.responseVersion() < 0 {
+		return bad("ResponseVersions.Current", "%d is negative", r.responseVersion())
 	}
 	if r.KeyTTL < r.TTL {
 		return bad("KeyTTL", "%v is below TTL (%v)", r.KeyTTL, r.TTL)

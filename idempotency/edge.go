@@ -328,7 +328,7 @@ func (rt *route) answerExisting(w http.ResponseWriter, id recordID, fp []byte, r
 	return true
 }
 
-// StoredResponse is a stored response, as Route.UpgradeResponse receives
+// StoredResponse is a stored response, as ResponseVersions.Upgrade receives
 // it.
 type StoredResponse struct {
 	StatusCode int
@@ -337,15 +337,15 @@ type StoredResponse struct {
 }
 
 // replayStored replays a completed record's response (body, opened),
-// through Route.UpgradeResponse when it was stored under an older
-// ResponseVersion, and counts outcome.
+// through ResponseVersions.Upgrade when it was stored under an older
+// version, and counts outcome.
 func (rt *route) replayStored(w http.ResponseWriter, rec *record, body []byte, outcome string) {
-	if rec.version < rt.cfg.ResponseVersion && rt.cfg.UpgradeResponse != nil {
+	if v := rt.cfg.ResponseVersions; v != nil && v.Upgrade != nil && rec.version < v.Current {
 		resp := &StoredResponse{StatusCode: rec.status, Header: rec.headers.Clone(), Body: body}
 		if resp.Header == nil {
 			resp.Header = http.Header{}
 		}
-		if err := rt.cfg.UpgradeResponse(resp, rec.version); err != nil {
+		if err := v.Upgrade(resp, rec.version); err != nil {
 			rt.count(OutcomeOutdated)
 			location := rec.headers.Get("Location")
 			if location != "" {

@@ -23,7 +23,7 @@ const (
 	OutcomeUnknown            = "unknown"              // 409: the request's outcome is unknown (Unknown), until settled
 	OutcomeReconciled         = "reconciled"           // a request in doubt (InDoubt) given to Route.Reconcile
 	OutcomeBusinessKey        = "business_key"         // a new key with a known business key: the first operation's answer
-	OutcomeOutdated           = "outdated"             // 422: UpgradeResponse refused a stored response's version
+	OutcomeOutdated           = "outdated"             // 422: ResponseVersions.Upgrade refused a stored response's version
 	OutcomeForwarded          = "forwarded"            // sent to the scope's home region (Route.Homing)
 	OutcomeMisdirected        = "misdirected"          // 421: outside the scope's home region, not forwarded
 )

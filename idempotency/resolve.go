@@ -62,7 +62,7 @@ type Resolution struct {
 	// required. On an edge with a Sealer, a body is sealed, which needs
 	// Ref.Key.
 	Response StoredResponse
-	// Version is the response's ResponseVersion. Defaults to 0.
+	// Version is the response's version (ResponseVersions.Current). Defaults to 0.
 	Version int
 	// TTL is how long the response is replayed; the key's meaning is kept
 	// seven times as long (as a Route's defaults). Defaults to 24 hours.

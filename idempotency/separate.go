@@ -198,7 +198,7 @@ func (rt *route) store(ctx context.Context, w http.ResponseWriter, id recordID, 
 		}
 		err = rt.e.db.QueryRow(ctx, complete, id.tenant, id.operation, id.stored(), token,
 			rw.code(), pgsql.JSON(headers), body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL),
-			rt.cfg.ResponseVersion, rt.businessLocation(rw), storableCode(rw, nil)).Scan(&n)
+			rt.cfg.responseVersion(), rt.businessLocation(rw), storableCode(rw, nil)).Scan(&n)
 		if err == nil && n == 0 {
 			rt.e.m.fenced.WithLabelValues(id.operation).Inc()
 			rt.e.log.Warn("idempotency: claim was recovered by another request; response not stored",
