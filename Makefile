@@ -112,7 +112,7 @@ FUZZTIME ?= 30s
 # Every fuzz target, as package:target. The hostile-input targets (inbox,
 # sideeffect, idempotency) go through a real PostgreSQL and NATS.
 FUZZ_TARGETS := ./inbox:FuzzConsumeHostileMessages ./sideeffect:FuzzDispatchHostileAnswers \
-	./idempotency:FuzzEdgeHostileRequests ./idempotency:FuzzCanonicalJSON ./idempotency:FuzzParseKey \
+	./idempotency:FuzzEdgeHostileRequests ./idempotency/canonical:FuzzJSON ./idempotency:FuzzParseKey \
 	./sideeffect/webhook:FuzzParseRetryAfter ./tracecontext:FuzzTraceparent ./internal/untrusted:FuzzKey \
 	./internal/redact:FuzzString ./internal/testkit/chaos:FuzzCommitTracker ./outbox:FuzzWALDecode
 

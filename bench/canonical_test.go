@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/idempotency/canonical"
 )
 
 // canonicalInputs are bodies shaped to make a canonicalizer slow, each about
@@ -61,7 +61,7 @@ func medianOf(reps int, fn func()) time.Duration {
 
 // BenchmarkCanonicalJSON canonicalizes adversarial bodies of about 1 MiB
 // (511 levels of nesting around a long string, a wide object, a long
-// escaped string, long numbers) with idempotency.CanonicalJSON, and in the
+// escaped string, long numbers) with canonical.JSON, and in the
 // same iteration decodes the same bytes with encoding/json into an any (the
 // peer: what a handler would do with the body). Reported per input:
 // canon-ms and json-ms (medians of 5 runs each, alternated) and
@@ -79,7 +79,7 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
 				canon := medianOf(5, func() {
-					if _, err := idempotency.CanonicalJSON(in); err != nil {
+					if _, err := canonical.JSON(in); err != nil {
 						b.Fatal(err)
 					}
 				})

@@ -61,7 +61,7 @@ func (rt *route) businessKeyOf(w http.ResponseWriter, r *http.Request, body []by
 	if rt.cfg.BusinessKey == nil {
 		return "", true
 	}
-	bk, err := rt.cfg.BusinessKey(r, body)
+	bk, err := rt.cfg.BusinessKey.Of(r, body)
 	if err != nil {
 		rt.count(OutcomeRejected)
 		writeProblem(w, http.StatusBadRequest, CodeBodyInvalid, err.Error(), 0)
@@ -92,7 +92,7 @@ func (rt *route) claimBusinessKeyApart(w http.ResponseWriter, r *http.Request, i
 	}
 	var ok bool
 	err := rt.e.db.QueryRow(r.Context(), rt.e.sql.claimBusinessKey, id.tenant, id.operation, id.business,
-		id.stored(), fp, micros(rt.cfg.BusinessKeyTTL)).Scan(&ok)
+		id.stored(), fp, micros(rt.cfg.BusinessKey.TTL)).Scan(&ok)
 	switch {
 	case err == nil:
 		return true
@@ -113,7 +113,7 @@ func (rt *route) claimBusinessKeyTx(ctx context.Context, tx pgx.Tx, id recordID,
 	b := &pgx.Batch{}
 	b.Queue(rt.lockTimeout)
 	b.Queue(rt.e.sql.claimBusinessKey, id.tenant, id.operation, id.business, id.stored(), fp,
-		micros(rt.cfg.BusinessKeyTTL)).QueryRow(func(row pgx.Row) error {
+		micros(rt.cfg.BusinessKey.TTL)).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&claimed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -171,7 +171,7 @@ func (rt *route) answerBusinessKeyHeld(w http.ResponseWriter, r *http.Request, i
 	case found && rec.state == StateInProgress && same:
 		rt.inProgress(w)
 		return
-	case found && same && !rt.cfg.BusinessKeyConflict && rec.state == StateCompleted && !rec.bodyExpired && !rec.sealed:
+	case found && same && !rt.cfg.BusinessKey.Conflict && rec.state == StateCompleted && !rec.bodyExpired && !rec.sealed:
 		// A sealed body is bound to its own key, which only its digest
 		// here knows: it is answered as reused instead.
 		rt.replayStored(w, &rec, rec.body, OutcomeBusinessKey)

@@ -35,7 +35,7 @@ func TestBusinessKeyAnswersANewKeyFromTheFirstOperation(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			h := newHarness(t, idempotency.Route{Mode: mode, BusinessKey: merchantReference}, &idempotency.Config{Registerer: reg})
+			h := newHarness(t, idempotency.Route{Mode: mode, BusinessKey: &idempotency.BusinessKey{Of: merchantReference}}, &idempotency.Config{Registerer: reg})
 			first := h.post(t, "acme", "k-1", `{"amount":100,"ref":"inv-7"}`)
 			require.Equal(t, http.StatusCreated, first.status)
 
@@ -73,7 +73,7 @@ func TestBusinessKeyAnswersANewKeyFromTheFirstOperation(t *testing.T) {
 func TestBusinessKeySurvivesTheKeysExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	h := newHarness(t, idempotency.Route{Mode: idempotency.SameTx, BusinessKey: merchantReference}, nil)
+	h := newHarness(t, idempotency.Route{Mode: idempotency.SameTx, BusinessKey: &idempotency.BusinessKey{Of: merchantReference}}, nil)
 	first := h.post(t, "acme", "k-1", `{"amount":100,"ref":"inv-7"}`)
 	require.Equal(t, http.StatusCreated, first.status)
 	_, err := h.db.Pool.Exec(ctx, `UPDATE idempotency_keys SET expires_at = now() - interval '1 second'`)
@@ -87,7 +87,7 @@ func TestBusinessKeySurvivesTheKeysExpiry(t *testing.T) {
 	require.Equal(t, first.header.Get("Location"), again.instance(t))
 	require.EqualValues(t, 1, h.runs.Load(), "not run again after the key expired")
 
-	strict := newHarnessOn(t, h.db, idempotency.Route{Operation: "strict", BusinessKey: merchantReference, BusinessKeyConflict: true}, nil)
+	strict := newHarnessOn(t, h.db, idempotency.Route{Operation: "strict", BusinessKey: &idempotency.BusinessKey{Of: merchantReference, Conflict: true}}, nil)
 	require.Equal(t, http.StatusCreated, strict.post(t, "acme", "k-1", `{"amount":100,"ref":"inv-1"}`).status)
 	require.Equal(t, idempotency.CodeBusinessKeyReused, strict.post(t, "acme", "k-2", `{"amount":100,"ref":"inv-1"}`).problemCode(t))
 
@@ -105,7 +105,7 @@ func TestBusinessKeyRace(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, idempotency.Route{Mode: mode, BusinessKey: merchantReference}, nil)
+			h := newHarness(t, idempotency.Route{Mode: mode, BusinessKey: &idempotency.BusinessKey{Of: merchantReference}}, nil)
 			const n = 16
 			var wg sync.WaitGroup
 			statuses := make([]int, n)
@@ -127,7 +127,7 @@ func TestBusinessKeyRace(t *testing.T) {
 // A business key the route cannot read answers 400 and stores nothing.
 func TestBusinessKeyError(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, idempotency.Route{BusinessKey: merchantReference}, nil)
+	h := newHarness(t, idempotency.Route{BusinessKey: &idempotency.BusinessKey{Of: merchantReference}}, nil)
 	bad := h.post(t, "acme", "k-1", `not json`)
 	require.Equal(t, idempotency.CodeBodyInvalid, bad.problemCode(t))
 	require.Zero(t, count(t, h.db, `SELECT count(*) FROM idempotency_keys`))

@@ -196,26 +196,19 @@ type Route struct {
 	// Verdict). Without Reconcile, a dead owner's claim is recovered by
 	// running the handler again, and an unknown record waits for an
 	// operator (Edge.Resolve). Separate mode only.
-	Reconcile func(w http.ResponseWriter, r *http.Request, u Unsettled) Verdict
-	// StatusPath is where the route's status resource (StatusHandler) is
-	// mounted, with "{digest}" standing for the key's digest (StoredKey),
-	// never the key itself, for instance
+	Reconcile func(w http.ResponseWriter, r *http.Request, u InDoubt) Verdict
+	// StatusPath is where the route's status resource
+	// (Edge.StatusHandler(Operation)) is mounted, with "{digest}" standing
+	// for the key's digest (StoredKey), never the key itself, for instance
 	// "/idempotency/create-payment/{digest}": an unknown answer links to it.
 	// A path with "{key}" is refused: it would put the raw key in every
 	// access log, gateway log and trace the link passes through. Defaults
 	// to "": no link.
 	StatusPath string
-	// ResponseVersion is the version of the shape of the route's responses,
-	// stored with each. Raise it when a deploy changes that shape. Defaults
-	// to 0.
-	ResponseVersion int
-	// UpgradeResponse, when set, is called before replaying a response
-	// stored under an older ResponseVersion (from): it may rewrite the
-	// response in place to the current shape, or return an error to refuse
-	// the replay, which answers 422 IDEMPOTENCY_RESPONSE_OUTDATED (linking
-	// the resource's Location when the response had one). Defaults to nil:
-	// a response is replayed as it was stored, whatever its version.
-	UpgradeResponse func(resp *StoredResponse, from int) error
+	// ResponseVersions, when set, versions the shape of the route's
+	// responses across deploys (see ResponseVersions). Defaults to nil:
+	// every response is stored as version 0 and replayed as it was stored.
+	ResponseVersions *ResponseVersions
 	// Command, when set, returns the request's validated command (defaults
 	// applied, unknown fields dropped, the API version included), which is
 	// fingerprinted instead of the raw body, so that two spellings of one
@@ -224,25 +217,10 @@ type Route struct {
 	// canonical form. An error answers 400 REQUEST_BODY_INVALID with the
 	// error's text and creates no record. Defaults to nil: the raw body.
 	Command func(r *http.Request, body []byte) ([]byte, error)
-	// BusinessKey, when set, returns the request's business key: the
-	// client's own identity of the operation (an account and a merchant
-	// reference, say), "" for none. A request under a new Idempotency-Key
-	// whose business key an earlier operation holds does not run: it gets
-	// that operation's stored response when the two requests are the same,
-	// or 409 BUSINESS_KEY_REUSED (with the resource's Location as a Link)
-	// otherwise, and 409 in progress while the first one runs. The
-	// business key is kept (as a digest) for BusinessKeyTTL, past the
-	// Idempotency-Key's own expiry, and freed when its request is released.
-	// An error answers 400 REQUEST_BODY_INVALID. Defaults to nil.
-	BusinessKey func(r *http.Request, body []byte) (string, error)
-	// BusinessKeyTTL is how long a business key is kept from its first use.
-	// Defaults to 30 days, or KeyTTL when that is longer; at least KeyTTL.
-	BusinessKeyTTL time.Duration
-	// BusinessKeyConflict answers a request reusing a business key with 409
-	// BUSINESS_KEY_REUSED even when it is the same request as the first
-	// operation's, instead of replaying that operation's response. Defaults
-	// to false.
-	BusinessKeyConflict bool
+	// BusinessKey, when set, guards the operation by the client's own
+	// identity of it as well as by its Idempotency-Key (see BusinessKey).
+	// Defaults to nil.
+	BusinessKey *BusinessKey
 	// NewKeysPerMinute bounds the new keys one scope (Tenant) may create per
 	// minute in this process, in bursts of as many: a request whose key
 	// would be one too many answers 429 IDEMPOTENCY_KEY_RATE_LIMITED with
@@ -257,6 +235,54 @@ type Route struct {
 	// region than its first attempt runs again there unless the regions
 	// share one store.
 	Homing *Homing
+}
+
+// BusinessKey guards an operation by the client's own identity of it (an
+// account and a merchant reference, say): a request under a new
+// Idempotency-Key whose business key an earlier operation holds does not
+// run: it gets that operation's stored response when the two requests are
+// the same, or 409 BUSINESS_KEY_REUSED (with the resource's Location as a
+// Link) otherwise, and 409 in progress while the first one runs. The
+// business key is kept (as a digest) for TTL, past the Idempotency-Key's
+// own expiry, and freed when its request is released.
+type BusinessKey struct {
+	// Of returns the request's business key, "" for none. An error
+	// answers 400 REQUEST_BODY_INVALID. Required.
+	Of func(r *http.Request, body []byte) (string, error)
+	// TTL is how long a business key is kept from its first use. Defaults
+	// to 30 days, or the route's KeyTTL when that is longer; at least
+	// KeyTTL.
+	TTL time.Duration
+	// Conflict answers a request reusing a business key with 409
+	// BUSINESS_KEY_REUSED even when it is the same request as the first
+	// operation's, instead of replaying that operation's response.
+	// Defaults to false.
+	Conflict bool
+}
+
+// ResponseVersions versions the shape of a route's responses: each stored
+// response carries the version it was stored under, and a replay of an
+// older one goes through Upgrade.
+type ResponseVersions struct {
+	// Current is the version of the shape of the route's responses,
+	// stored with each. Raise it when a deploy changes that shape.
+	// Defaults to 0.
+	Current int
+	// Upgrade, when set, is called before replaying a response stored
+	// under an older version (from): it may rewrite the response in place
+	// to the current shape, or return an error to refuse the replay, which
+	// answers 422 IDEMPOTENCY_RESPONSE_OUTDATED (linking the resource's
+	// Location when the response had one). Defaults to nil: a response is
+	// replayed as it was stored, whatever its version.
+	Upgrade func(resp *StoredResponse, from int) error
+}
+
+// responseVersion is the version the route's responses are stored under.
+func (r *Route) responseVersion() int {
+	if r.ResponseVersions == nil {
+		return 0
+	}
+	return r.ResponseVersions.Current
 }
 
 // DefaultReplayHeaders are the response headers replayed unless a Route says
@@ -289,7 +315,11 @@ func (r *Route) withDefaults() Route {
 	}
 	rc.TTL = cmp.Or(rc.TTL, 24*time.Hour)
 	rc.KeyTTL = cmp.Or(rc.KeyTTL, 7*rc.TTL)
-	rc.BusinessKeyTTL = cmp.Or(rc.BusinessKeyTTL, max(30*24*time.Hour, rc.KeyTTL))
+	if rc.BusinessKey != nil {
+		bk := *rc.BusinessKey
+		bk.TTL = cmp.Or(bk.TTL, max(30*24*time.Hour, rc.KeyTTL))
+		rc.BusinessKey = &bk
+	}
 	rc.MaxBodyBytes = cmp.Or(rc.MaxBodyBytes, 1<<20)
 	rc.RetryAfter = cmp.Or(rc.RetryAfter, time.Second)
 	rc.MaxWaiters = cmp.Or(rc.MaxWaiters, 4)
@@ -320,14 +350,22 @@ func (r *Route) validate() error {
 	case r.Tenant == nil:
 		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "KeyTTL", "BusinessKeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute", "ResponseVersion"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
 		return err
+	}
+	if r.responseVersion() < 0 {
+		return bad("ResponseVersions.Current", "%d is negative", r.responseVersion())
 	}
 	if r.KeyTTL < r.TTL {
 		return bad("KeyTTL", "%v is below TTL (%v)", r.KeyTTL, r.TTL)
 	}
-	if r.BusinessKeyTTL < r.KeyTTL {
-		return bad("BusinessKeyTTL", "%v is below KeyTTL (%v)", r.BusinessKeyTTL, r.KeyTTL)
+	if bk := r.BusinessKey; bk != nil {
+		switch {
+		case bk.Of == nil:
+			return bad("BusinessKey.Of", "required")
+		case bk.TTL < r.KeyTTL:
+			return bad("BusinessKey.TTL", "%v is below KeyTTL (%v)", bk.TTL, r.KeyTTL)
+		}
 	}
 	if r.Reconcile != nil && r.Mode != Separate {
 		return bad("Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")

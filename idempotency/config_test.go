@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
@@ -48,6 +49,9 @@ func TestRouteValidate(t *testing.T) {
 		{"Wait", Route{Operation: "op", SharedScope: true, Wait: -1}, "-1ns is negative"},
 		{"RetryAfter", Route{Operation: "op", SharedScope: true, RetryAfter: -1}, "-1ns is negative"},
 		{"Lease", Route{Operation: "op", SharedScope: true, Lease: time.Millisecond}, "1ms is below 3ms"},
+		{"ResponseVersions.Current", Route{Operation: "op", SharedScope: true, ResponseVersions: &ResponseVersions{Current: -1}}, "-1 is negative"},
+		{"BusinessKey.Of", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Conflict: true}}, "required"},
+		{"BusinessKey.TTL", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Of: func(*http.Request, []byte) (string, error) { return "", nil }, TTL: time.Minute}}, "1m0s is below KeyTTL (168h0m0s)"},
 		{"Tenant", Route{Operation: "op"}, "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller"},
 	} {
 		rc := tc.r.withDefaults()

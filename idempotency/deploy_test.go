@@ -14,23 +14,23 @@ import (
 )
 
 // A response stored before a deploy that changed the response's shape
-// (ResponseVersion 1 → 2) is replayed as stored without a hook, upgraded by
-// UpgradeResponse, or refused with IDEMPOTENCY_RESPONSE_OUTDATED.
+// (ResponseVersions.Current 1 → 2) is replayed as stored without a hook, upgraded by
+// ResponseVersions.Upgrade, or refused with IDEMPOTENCY_RESPONSE_OUTDATED.
 func TestReplayAcrossResponseVersions(t *testing.T) {
 	t.Parallel()
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			v1 := newHarness(t, idempotency.Route{Mode: mode, ResponseVersion: 1}, nil)
+			v1 := newHarness(t, idempotency.Route{Mode: mode, ResponseVersions: &idempotency.ResponseVersions{Current: 1}}, nil)
 			first := v1.post(t, "acme", "pay-1", `{"amount":100}`)
 			require.Equal(t, http.StatusCreated, first.status)
 			require.Equal(t, 1, count(t, v1.db, `SELECT count(*) FROM idempotency_keys WHERE response_version = 1`))
 
-			asStored := newHarnessOn(t, v1.db, idempotency.Route{Mode: mode, ResponseVersion: 2}, nil)
+			asStored := newHarnessOn(t, v1.db, idempotency.Route{Mode: mode, ResponseVersions: &idempotency.ResponseVersions{Current: 2}}, nil)
 			require.Equal(t, first.body, asStored.post(t, "acme", "pay-1", `{"amount":100}`).body)
 
-			upgraded := newHarnessOn(t, v1.db, idempotency.Route{Mode: mode, ResponseVersion: 2,
-				UpgradeResponse: func(resp *idempotency.StoredResponse, from int) error {
+			upgraded := newHarnessOn(t, v1.db, idempotency.Route{Mode: mode, ResponseVersions: &idempotency.ResponseVersions{Current: 2,
+				Upgrade: func(resp *idempotency.StoredResponse, from int) error {
 					if from != 1 {
 						return errors.New("unknown version")
 					}
@@ -44,7 +44,7 @@ func TestReplayAcrossResponseVersions(t *testing.T) {
 					resp.Body, err = json.Marshal(v)
 					resp.Header.Set("Api-Version", "2")
 					return err
-				}}, nil)
+				}}}, nil)
 			up := upgraded.post(t, "acme", "pay-1", `{"amount":100}`)
 			require.Equal(t, http.StatusCreated, up.status)
 			require.Contains(t, up.body, `"amount_minor":100`)
@@ -52,8 +52,8 @@ func TestReplayAcrossResponseVersions(t *testing.T) {
 			require.Equal(t, "2", up.header.Get("Api-Version"))
 
 			reg := prometheus.NewRegistry()
-			refused := newHarnessOn(t, v1.db, idempotency.Route{Mode: mode, ResponseVersion: 2,
-				UpgradeResponse: func(*idempotency.StoredResponse, int) error { return errors.New("v1 is retired") }},
+			refused := newHarnessOn(t, v1.db, idempotency.Route{Mode: mode, ResponseVersions: &idempotency.ResponseVersions{Current: 2,
+				Upgrade: func(*idempotency.StoredResponse, int) error { return errors.New("v1 is retired") }}},
 				&idempotency.Config{Registerer: reg})
 			out := refused.post(t, "acme", "pay-1", `{"amount":100}`)
 			require.Equal(t, idempotency.CodeResponseOutdated, out.problemCode(t))

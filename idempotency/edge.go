@@ -30,6 +30,11 @@ type Edge struct {
 	// syncStandbys says whether a stored response must be on the
 	// synchronous standbys before it is replayed (see replicated).
 	syncStandbys pgsql.SyncStandbys
+
+	mu sync.Mutex
+	// routes holds the first route built for each operation (defaults
+	// set), from which StatusHandler derives its scope.
+	routes map[string]*Route
 }
 
 // New returns an Edge storing records in db (normally a *pgxpool.Pool).
@@ -45,7 +50,7 @@ func New(db oncekit.Pool, cfg *Config) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Edge{db: db, cfg: c, sql: renderStatements(c.Schema), log: c.Logger, m: m,
+	return &Edge{db: db, cfg: c, sql: renderStatements(c.Schema), log: c.Logger, m: m, routes: map[string]*Route{},
 		watch: pgsql.NewWatch(c.Logger, func(statement, class string) {
 			m.statementErrors.WithLabelValues(statement, class).Inc()
 		})}, nil
@@ -138,6 +143,11 @@ func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
 	if err := rc.validate(); err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	if e.routes[rc.Operation] == nil {
+		e.routes[rc.Operation] = &rc
+	}
+	e.mu.Unlock()
 	// In SameTx mode the first request's claim is an uncommitted row: a
 	// concurrent request gives up on its lock after 1 ms, and a request that
 	// waits (Wait) tries again later, holding no connection meanwhile. A
@@ -318,7 +328,7 @@ func (rt *route) answerExisting(w http.ResponseWriter, id recordID, fp []byte, r
 	return true
 }
 
-// StoredResponse is a stored response, as Route.UpgradeResponse receives
+// StoredResponse is a stored response, as ResponseVersions.Upgrade receives
 // it.
 type StoredResponse struct {
 	StatusCode int
@@ -327,15 +337,15 @@ type StoredResponse struct {
 }
 
 // replayStored replays a completed record's response (body, opened),
-// through Route.UpgradeResponse when it was stored under an older
-// ResponseVersion, and counts outcome.
+// through ResponseVersions.Upgrade when it was stored under an older
+// version, and counts outcome.
 func (rt *route) replayStored(w http.ResponseWriter, rec *record, body []byte, outcome string) {
-	if rec.version < rt.cfg.ResponseVersion && rt.cfg.UpgradeResponse != nil {
+	if v := rt.cfg.ResponseVersions; v != nil && v.Upgrade != nil && rec.version < v.Current {
 		resp := &StoredResponse{StatusCode: rec.status, Header: rec.headers.Clone(), Body: body}
 		if resp.Header == nil {
 			resp.Header = http.Header{}
 		}
-		if err := rt.cfg.UpgradeResponse(resp, rec.version); err != nil {
+		if err := v.Upgrade(resp, rec.version); err != nil {
 			rt.count(OutcomeOutdated)
 			location := rec.headers.Get("Location")
 			if location != "" {

@@ -58,18 +58,6 @@ func ExampleEdge_Route() {
 	_ = http.ListenAndServe("127.0.0.1:8080", mux)
 }
 
-// Member order, whitespace and number spelling do not change the canonical
-// form, so they do not change a request's fingerprint.
-func ExampleCanonicalJSON() {
-	a, _ := idempotency.CanonicalJSON([]byte(`{"currency":"EUR", "amount": 1.50e2}`))
-	b, _ := idempotency.CanonicalJSON([]byte("{\n  \"amount\": 150,\n  \"currency\": \"\\u0045UR\"\n}"))
-	fmt.Println(string(a))
-	fmt.Println(string(a) == string(b))
-	// Output:
-	// {"amount":150,"currency":"EUR"}
-	// true
-}
-
 // Keys are Structured Field strings; bare tokens (a plain UUID) are accepted.
 func ExampleParseKey() {
 	for _, v := range []string{`"order-42 \"retry\""`, `8e03978e-40d5-43e8-bc93-6894a57f9324`, `two words`} {

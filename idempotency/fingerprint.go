@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"mime"
 	"strings"
+
+	"github.com/oncekit/oncekit/idempotency/canonical"
 )
 
 // Fingerprint returns the SHA-256 fingerprint of a request: its method, the
@@ -29,7 +31,7 @@ func Fingerprint(method, operation, target, contentType string, body []byte) []b
 	write([]byte(operation))
 	write([]byte(target))
 	if isJSON(contentType) {
-		if canon, err := canonicalize(body, true); err == nil {
+		if canon, err := canonical.Exact(body); err == nil {
 			write([]byte("json"))
 			write(canon)
 			return h.Sum(nil)

@@ -92,7 +92,7 @@ func newHarnessOn(t *testing.T, db *testenv.DB, route idempotency.Route, cfg *id
 	}
 	mw, err := h.edge.Route(&route)
 	require.NoError(t, err)
-	status, err := h.edge.StatusHandler(&route)
+	status, err := h.edge.StatusHandler(route.Operation)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", mw(http.HandlerFunc(h.createPayment(h.db.Pool))))

@@ -103,7 +103,7 @@ func TestARequestsTraceCarriesNoKey(t *testing.T) {
 	route.Operation, route.Tenant = "create-payment", tenantFromHeader
 	mw, err := h.edge.Route(&route)
 	require.NoError(t, err)
-	status, err := h.edge.StatusHandler(&route)
+	status, err := h.edge.StatusHandler(route.Operation)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", mw(h.createPayment(h.db.Pool)))

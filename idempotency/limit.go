@@ -7,10 +7,6 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// CodeKeyFlood answers a request whose new key would exceed its scope's
-// Route.NewKeysPerMinute.
-const CodeKeyFlood = "IDEMPOTENCY_KEY_RATE_LIMITED"
-
 // maxLimitedScopes bounds the scopes whose new-key buckets a route keeps;
 // past it, the full buckets (the scopes idle long enough to have refilled)
 // are forgotten first.

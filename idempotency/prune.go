@@ -52,7 +52,7 @@ func (e *Edge) Prune(ctx context.Context) (int64, error) {
 			break
 		}
 	}
-	// Business keys past their lifetime (Route.BusinessKeyTTL) go too.
+	// Business keys past their lifetime (Route.BusinessKey.TTL) go too.
 	for {
 		var n int64
 		if err := q.QueryRow(ctx, e.sql.pruneBusinessKeys, e.cfg.RetentionBatch).Scan(&n); err != nil {

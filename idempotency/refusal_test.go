@@ -48,7 +48,7 @@ func TestRefusedSyntaxStoresNothing(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, idempotency.Route{Mode: mode, Command: strictCommand, BusinessKey: merchantReference}, nil)
+			h := newHarness(t, idempotency.Route{Mode: mode, Command: strictCommand, BusinessKey: &idempotency.BusinessKey{Of: merchantReference}}, nil)
 			for _, body := range []string{
 				`{"amount":-1,"ref":"r1"}`,               // the command refuses its value
 				`{"amount":100,"ref":"r1","extra":true}`, // an unknown field

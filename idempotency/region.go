@@ -23,25 +23,6 @@ const (
 	HeaderForwardedFrom = "Idempotency-Forwarded-From"
 )
 
-// Problem codes of the edge's multi-region homing.
-const (
-	// CodeWrongRegion answers (421 Misdirected Request) a request that
-	// reached another region than its scope's home and was not forwarded:
-	// nothing ran and nothing was stored; the HeaderHomeRegion header
-	// names the home region.
-	CodeWrongRegion = "IDEMPOTENCY_WRONG_REGION"
-	// CodeRegionInvalid answers (400) a HeaderForwardedFrom header that is
-	// not one region name.
-	CodeRegionInvalid = "IDEMPOTENCY_REGION_INVALID"
-	// CodeHomeUnknown answers (503, or a Homing.Home error's StatusCode)
-	// a request whose scope's home region could not be found.
-	CodeHomeUnknown = "IDEMPOTENCY_HOME_REGION_UNKNOWN"
-	// CodeHomeUnreachable answers (502) a request the edge could not
-	// forward to its home region, or whose answer it lost on the way: the
-	// request may have run there, and a retry under the same key is safe.
-	CodeHomeUnreachable = "IDEMPOTENCY_HOME_REGION_UNREACHABLE"
-)
-
 // MaxRegionLen is the longest region name, in bytes.
 const MaxRegionLen = 63
 

@@ -17,9 +17,10 @@ import (
 // ErrRecordNotFound is returned by Edge.Resolve for a key without a record.
 var ErrRecordNotFound = errors.New("idempotency: no record of the key")
 
-// ErrNotUnsettled is returned by Edge.Resolve for a record that is neither
-// unknown nor in progress past its lease: its owner, or a retry, decides it.
-var ErrNotUnsettled = errors.New("idempotency: the record is not waiting for a decision")
+// ErrNotResolvable is returned by Edge.Resolve for a record an operator
+// cannot resolve: neither unknown nor in progress past its lease (its
+// owner, or a retry, decides it), though it may be unsettled.
+var ErrNotResolvable = errors.New("idempotency: the record is not resolvable: neither unknown nor in progress past its lease")
 
 // Ref names a record: its scope, operation and key, either as the client
 // sent it (Key) or as idempotency_keys holds it (StoredKey, as
@@ -61,7 +62,7 @@ type Resolution struct {
 	// required. On an edge with a Sealer, a body is sealed, which needs
 	// Ref.Key.
 	Response StoredResponse
-	// Version is the response's ResponseVersion. Defaults to 0.
+	// Version is the response's version (ResponseVersions.Current). Defaults to 0.
 	Version int
 	// TTL is how long the response is replayed; the key's meaning is kept
 	// seven times as long (as a Route's defaults). Defaults to 24 hours.
@@ -91,7 +92,7 @@ FROM u`
 
 // Resolve settles a record whose outcome is unknown, or whose claim's
 // owner died, as an operator decided (res), recording who and why (d).
-// It returns ErrRecordNotFound or ErrNotUnsettled (wrapped) when there is
+// It returns ErrRecordNotFound or ErrNotResolvable (wrapped) when there is
 // nothing to decide. q is the pool, or a transaction of the caller's.
 func (e *Edge) Resolve(ctx context.Context, q oncekit.Querier, ref Ref, res Resolution, d Decision) error {
 	stored, err := ref.stored()
@@ -156,7 +157,7 @@ func (e *Edge) Resolve(ctx context.Context, q oncekit.Querier, ref Ref, res Reso
 	case now == nil:
 		return fmt.Errorf("%w: operation %q", ErrRecordNotFound, ref.Operation)
 	}
-	return fmt.Errorf("%w: it is %s", ErrNotUnsettled, *now)
+	return fmt.Errorf("%w: it is %s", ErrNotResolvable, *now)
 }
 
 // UnsettledRecord is a record waiting for an outcome, as Edge.Unsettled
@@ -180,8 +181,11 @@ FROM {schema}.idempotency_keys
 WHERE ` + unsettled + ` AND ($1 = '' OR operation = $1)
 ORDER BY created_at LIMIT $2`
 
-// Unsettled lists up to limit records waiting for an outcome (unknown, or
-// in progress), of operation ("" for all), the oldest first.
+// Unsettled lists up to limit unsettled records, of operation ("" for
+// all), the oldest first. A record is unsettled while it waits for an
+// outcome: in progress (running, or its owner died: UnsettledRecord.Stale)
+// or unknown; the unsettled_* gauges count the same records. Of those,
+// Edge.Resolve takes the unknown and the stale ones.
 func (e *Edge) Unsettled(ctx context.Context, q oncekit.Querier, operation string, limit int) ([]UnsettledRecord, error) {
 	if limit <= 0 {
 		limit = 100

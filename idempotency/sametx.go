@@ -238,7 +238,7 @@ func (rt *route) commitTx(ctx context.Context, id recordID, tx pgx.Tx, token int
 	b := &pgx.Batch{}
 	var stored, committed bool
 	b.Queue(rt.e.sql.completeTx, id.tenant, id.operation, id.stored(), token, rw.code(), pgsql.JSON(headers), body, sealed,
-		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL), rt.cfg.ResponseVersion, rt.businessLocation(rw), storableCode(rw, nil)).Exec(func(pgconn.CommandTag) error {
+		micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL), rt.cfg.responseVersion(), rt.businessLocation(rw), storableCode(rw, nil)).Exec(func(pgconn.CommandTag) error {
 		stored = true
 		return nil
 	})

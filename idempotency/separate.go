@@ -128,7 +128,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 
 	if recovered && rt.cfg.Reconcile != nil {
 		rt.count(OutcomeReconciled)
-		u := Unsettled{Info: info, State: StateInProgress, Reason: c.reason}
+		u := InDoubt{Info: info, State: StateInProgress, Reason: c.reason}
 		if c.wasUnknown {
 			u.State = StateUnknown
 		}
@@ -180,7 +180,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 }
 
 // reconcile runs Route.Reconcile with a recorder.
-func (rt *route) reconcile(r *http.Request, u Unsettled) (rw *recorder, v Verdict, panicked any) {
+func (rt *route) reconcile(r *http.Request, u InDoubt) (rw *recorder, v Verdict, panicked any) {
 	rw = newRecorder()
 	defer func() { panicked = recover() }()
 	return rw, rt.cfg.Reconcile(rw, r, u), nil
@@ -198,7 +198,7 @@ func (rt *route) store(ctx context.Context, w http.ResponseWriter, id recordID, 
 		}
 		err = rt.e.db.QueryRow(ctx, complete, id.tenant, id.operation, id.stored(), token,
 			rw.code(), pgsql.JSON(headers), body, sealed, micros(rt.cfg.KeyTTL), micros(rt.cfg.TTL),
-			rt.cfg.ResponseVersion, rt.businessLocation(rw), storableCode(rw, nil)).Scan(&n)
+			rt.cfg.responseVersion(), rt.businessLocation(rw), storableCode(rw, nil)).Scan(&n)
 		if err == nil && n == 0 {
 			rt.e.m.fenced.WithLabelValues(id.operation).Inc()
 			rt.e.log.Warn("idempotency: claim was recovered by another request; response not stored",

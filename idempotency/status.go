@@ -11,10 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// CodeKeyNotFound is the status resource's answer for a key without a record
-// in the caller's scope.
-const CodeKeyNotFound = "IDEMPOTENCY_KEY_NOT_FOUND"
-
 // Status is the status resource's answer: what the record of a key says.
 type Status struct {
 	Operation   string     `json:"operation"`
@@ -43,25 +39,28 @@ SELECT state, created_at, completed_at, expires_at, status_code, response_header
 FROM {schema}.idempotency_keys
 WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
 
-// StatusHandler returns the status resource of r's operation, for a client
-// that lost an answer and would rather ask than retry: a GET addressed by
-// the key's digest (StoredKey) as the path value "digest" (mount it at
-// "GET /idempotency/create-payment/{digest}", as Route.StatusPath says), or
-// by the key itself in the Idempotency-Key header, answers the record in
-// the caller's scope (r's Tenant, as the route's requests compute it) as a
-// JSON Status; 404 CodeKeyNotFound when there is none, which is also the
-// answer for another scope's record. The key never travels in the URL: a
-// path value "key" (a mount with {key}) or a digest that is not 64
-// lower-case hex digits answers 400 CodeInvalidHandle. Mount it behind the
-// same authentication as the route.
-func (e *Edge) StatusHandler(r *Route) (http.Handler, error) {
-	if r != nil && r.SharedScope && r.Tenant != nil {
-		return nil, fmt.Errorf("%w: idempotency: Route.SharedScope: set together with Tenant; choose one", ErrInvalidConfig)
+// StatusHandler returns the status resource of the route built (by
+// Route, the first one for it) for operation, for a client that lost an
+// answer and would rather ask than retry: a GET addressed by the key's
+// digest (StoredKey) as the path value "digest" (mount it at
+// "GET "+Route.StatusPath, "GET /idempotency/create-payment/{digest}"
+// say), or by the key itself in the Idempotency-Key header, answers the
+// record in the caller's scope (the route's Tenant, or its SharedScope,
+// as its requests compute it) as a JSON Status; 404 CodeKeyNotFound when
+// there is none, which is also the answer for another scope's record.
+// The key never travels in the URL: a path value "key" (a mount with
+// {key}) or a digest that is not 64 lower-case hex digits answers 400
+// CodeInvalidHandle. Mount it behind the same authentication as the
+// route. An operation no route was built for is refused with
+// ErrInvalidConfig.
+func (e *Edge) StatusHandler(operation string) (http.Handler, error) {
+	e.mu.Lock()
+	route := e.routes[operation]
+	e.mu.Unlock()
+	if route == nil {
+		return nil, fmt.Errorf("%w: idempotency: StatusHandler: no route of operation %q; build it with Edge.Route first", ErrInvalidConfig, operation)
 	}
-	rc := r.withDefaults()
-	if err := rc.validate(); err != nil {
-		return nil, err
-	}
+	rc := *route
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		stored, ok := statusHandle(w, req)
 		if !ok {

@@ -18,7 +18,7 @@ import (
 func TestStatusResourceAnswersTheCallersRecordOnly(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate}, nil)
-	status, err := h.edge.StatusHandler(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader})
+	status, err := h.edge.StatusHandler("create-payment")
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("GET /idempotency/{digest}", status)
@@ -74,7 +74,7 @@ func TestStatusResourceAnswersTheCallersRecordOnly(t *testing.T) {
 func TestStatusResourceRefusesHostileHandles(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate}, nil)
-	status, err := h.edge.StatusHandler(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader})
+	status, err := h.edge.StatusHandler("create-payment")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, h.post(t, "acme", "pay-1", `{"amount":100}`).status)
 	digest := idempotency.StoredKey("pay-1")
@@ -132,4 +132,27 @@ func TestStatusPathRefusesTheRawKey(t *testing.T) {
 	}
 	_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader, StatusPath: "/idempotency/{digest}"})
 	require.NoError(t, err)
+}
+
+// The status resource is derived from the route built for its operation:
+// it scopes records as that route does (here one shared scope, so no
+// tenant is asked for), and an operation no route was built for is
+// refused.
+func TestStatusHandlerIsDerivedFromTheRoute(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate}, nil)
+	_, err := h.edge.StatusHandler("refund")
+	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
+	require.ErrorContains(t, err, `"refund"`)
+
+	_, err = h.edge.Route(&idempotency.Route{Operation: "refund", SharedScope: true})
+	require.NoError(t, err)
+	status, err := h.edge.StatusHandler("refund")
+	require.NoError(t, err)
+	req := httptest.NewRequest(http.MethodGet, "/idempotency/refund", nil)
+	req.Header.Set(idempotency.HeaderKey, "refund-1")
+	rec := httptest.NewRecorder()
+	status.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusNotFound, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), idempotency.CodeKeyNotFound)
 }

@@ -82,7 +82,7 @@ type record struct {
 	sealed      bool
 	age         time.Duration
 	bodyExpired bool   // completed, and its response is past its lifetime (Route.TTL)
-	version     int    // the route's ResponseVersion when the response was stored
+	version     int    // the route's ResponseVersions.Current when the response was stored
 	reason      string // unknown: why
 }
 

@@ -10,13 +10,6 @@ import (
 	"github.com/oncekit/oncekit/internal/untrusted"
 )
 
-// CodeOutcomeUnknown answers a request whose record is unknown: the
-// operation may have happened (a provider's answer was lost). The client
-// must not retry blindly: it polls the status resource (the answer's Link,
-// rel "monitor") until the record is settled, then retries with the same
-// key and gets its answer.
-const CodeOutcomeUnknown = "IDEMPOTENCY_OUTCOME_UNKNOWN"
-
 // ErrNotInRoute is returned by Unknown for a request that did not come
 // through an idempotent route's claim.
 var ErrNotInRoute = errors.New("idempotency: the request holds no claim")
@@ -65,9 +58,12 @@ func withOutcome(ctx context.Context) (context.Context, *outcome) {
 	return context.WithValue(ctx, outcomeKey{}, o), o
 }
 
-// Unsettled is a record whose outcome the edge cannot prove, as
-// Route.Reconcile receives it.
-type Unsettled struct {
+// InDoubt is a request in doubt, as Route.Reconcile receives it: a retry
+// that took over a record whose outcome the edge cannot prove (a claim
+// whose owner died, or a record a handler left unknown). It is not the
+// operators' list of unsettled records (Edge.Unsettled), nor the records
+// Edge.Resolve accepts.
+type InDoubt struct {
 	// Info is the request's identity; Token is the new claim's.
 	Info
 	// State is StateInProgress when the previous owner died mid-handler

@@ -154,7 +154,7 @@ func TestReconcileSettlesUnknown(t *testing.T) {
 			var reconciled atomic.Int64
 			var p *fakeProvider
 			route := idempotency.Route{Mode: idempotency.Separate, StatusPath: "/idempotency/{digest}",
-				Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.Unsettled) idempotency.Verdict {
+				Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.InDoubt) idempotency.Verdict {
 					reconciled.Add(1)
 					if u.State != idempotency.StateUnknown || !strings.HasPrefix(u.Reason, "charge: ") || !u.Recovered {
 						t.Errorf("reconcile got %+v", u)
@@ -207,10 +207,10 @@ func TestReconcileSettlesUnknown(t *testing.T) {
 // by running the handler again blindly.
 func TestReconcileRecoversADeadOwnersClaim(t *testing.T) {
 	t.Parallel()
-	var got []idempotency.Unsettled
+	var got []idempotency.InDoubt
 	var mu sync.Mutex
 	route := idempotency.Route{Mode: idempotency.Separate, Lease: 30 * time.Millisecond,
-		Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.Unsettled) idempotency.Verdict {
+		Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.InDoubt) idempotency.Verdict {
 			mu.Lock()
 			got = append(got, u)
 			mu.Unlock()
@@ -272,14 +272,14 @@ func TestOperatorResolvesUnknown(t *testing.T) {
 
 	err = h.edge.Resolve(ctx, h.db.Pool, idempotency.Ref{Tenant: "acme", Operation: "create-payment", Key: "pay-1"},
 		idempotency.Resolution{State: idempotency.StateReleased}, decision)
-	require.ErrorIs(t, err, idempotency.ErrNotUnsettled)
+	require.ErrorIs(t, err, idempotency.ErrNotResolvable)
 	err = h.edge.Resolve(ctx, h.db.Pool, idempotency.Ref{Tenant: "acme", Operation: "create-payment", Key: "nope"},
 		idempotency.Resolution{State: idempotency.StateReleased}, decision)
 	require.ErrorIs(t, err, idempotency.ErrRecordNotFound)
 	err = h.edge.Resolve(ctx, h.db.Pool, idempotency.Ref{Tenant: "acme", Operation: "create-payment", Key: "pay-1"},
 		idempotency.Resolution{State: idempotency.StateReleased}, idempotency.Decision{By: "ana"})
 	require.Error(t, err, "a decision without a reason is refused")
-	require.False(t, errors.Is(err, idempotency.ErrNotUnsettled))
+	require.False(t, errors.Is(err, idempotency.ErrNotResolvable))
 }
 
 // getStatus reads the status resource as tenant.

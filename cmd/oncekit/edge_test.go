@@ -57,7 +57,7 @@ func TestEdgeCLIListResolve(t *testing.T) {
 	code, _, stderr = runEffectsCLI(t, db, "edge", "resolve", "released", "--tenant", "acme", "--operation", "create-payment",
 		"--key", "pay-1", "--by", "ana", "--reason", "again")
 	require.Equal(t, 1, code)
-	require.Contains(t, stderr, "not waiting for a decision")
+	require.Contains(t, stderr, "not resolvable")
 
 	for _, args := range [][]string{
 		{"edge", "resolve", "completed", "--operation", "op", "--key", "k", "--by", "a", "--reason", "r"}, // no --status

@@ -271,9 +271,9 @@ func TestEveryComponentRunsUnderItsOwnLeastPrivilegeRole(t *testing.T) {
 	// The edge runs a request once and replays its retry.
 	edge, err := idempotency.New(rolePool(t, roles[migrations.Edge]), &idempotency.Config{Schema: db.Schema})
 	require.NoError(t, err)
-	mw, err := edge.Route(&idempotency.Route{Operation: "create-order", SharedScope: true, BusinessKey: func(*http.Request, []byte) (string, error) {
+	mw, err := edge.Route(&idempotency.Route{Operation: "create-order", SharedScope: true, BusinessKey: &idempotency.BusinessKey{Of: func(*http.Request, []byte) (string, error) {
 		return "order-1", nil
-	}})
+	}}})
 	require.NoError(t, err)
 	var runs atomic.Int64
 	front := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

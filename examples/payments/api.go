@@ -67,7 +67,7 @@ func newAPI(pool *pgxpool.Pool, cfg *config, log *slog.Logger) (http.Handler, er
 	if err != nil {
 		return nil, err
 	}
-	route := &idempotency.Route{Operation: operation, Mode: idempotency.SameTx, Tenant: callerOf, BusinessKey: paymentReference}
+	route := &idempotency.Route{Operation: operation, Mode: idempotency.SameTx, Tenant: callerOf, BusinessKey: &idempotency.BusinessKey{Of: paymentReference}}
 	create := createPayment(ob, cfg)
 	switch cfg.Broken {
 	case brokenStoreAfterCommit:

@@ -1,4 +1,12 @@
-package idempotency
+// Package canonical writes JSON texts in their RFC 8785 (JSON
+// Canonicalization Scheme) form: the bytes the idempotency edge fingerprints
+// a JSON body by, so that two bodies that differ only in member order,
+// whitespace, escapes or number spelling are the same request.
+//
+// The form is pinned: the vectors of RFC 8785 and a corpus of generated
+// documents (testdata/corpus.golden) hold every output byte for byte, since
+// a fingerprint stored before a change must still match its retries after it.
+package canonical
 
 import (
 	"bytes"
@@ -13,31 +21,36 @@ import (
 	"unicode/utf8"
 )
 
-// ErrNotCanonicalizable is returned by CanonicalJSON for input that is not
+// ErrNotCanonicalizable is returned by JSON and Exact for input that is not
 // I-JSON (RFC 7493): malformed JSON, invalid UTF-8, lone surrogates, duplicate
 // object member names, numbers outside the IEEE 754 double range, or nesting
-// deeper than maxDepth.
-var ErrNotCanonicalizable = errors.New("idempotency: body is not canonicalizable JSON")
+// deeper than maxDepth; and by Exact for a number a double does not hold
+// exactly.
+var ErrNotCanonicalizable = errors.New("canonical: not canonicalizable JSON")
 
 // maxDepth bounds nesting so that hostile input cannot exhaust the stack.
 const maxDepth = 512
 
-// CanonicalJSON returns the RFC 8785 (JSON Canonicalization Scheme) form of
-// the JSON text in data: no insignificant whitespace, object members sorted by
-// the UTF-16 code units of their names, numbers in ECMAScript's shortest
+// JSON returns the RFC 8785 (JSON Canonicalization Scheme) form of the JSON
+// text in data: no insignificant whitespace, object members sorted by the
+// UTF-16 code units of their names, numbers in ECMAScript's shortest
 // round-trip form, strings with minimal escaping. Two JSON texts that differ
 // only in member order, whitespace, escapes or number spelling (1.0 vs 1e0)
-// canonicalize to the same bytes, and CanonicalJSON(CanonicalJSON(x)) ==
-// CanonicalJSON(x).
-func CanonicalJSON(data []byte) ([]byte, error) {
+// canonicalize to the same bytes, and JSON(JSON(x)) == JSON(x).
+func JSON(data []byte) ([]byte, error) {
 	return canonicalize(data, false)
 }
 
-// canonicalize is CanonicalJSON; with exact, it also refuses a number whose
-// literal carries more precision than an IEEE 754 double keeps (the integer
-// 9007199254740993, or 0.10000000000000000001), which RFC 8785 would equate
-// with its neighbour: where the canonical form decides that two requests are
-// the same, two different numbers must never canonicalize alike.
+// Exact is JSON that also refuses a number whose literal carries more
+// precision than an IEEE 754 double keeps (the integer 9007199254740993, or
+// 0.10000000000000000001), which RFC 8785 would equate with its neighbour:
+// where the canonical form decides that two requests are the same, two
+// different numbers must never canonicalize alike.
+func Exact(data []byte) ([]byte, error) {
+	return canonicalize(data, true)
+}
+
+// canonicalize is JSON, or Exact with exact.
 //
 // It works in time and memory linear in the input, whatever its shape: one
 // pass parses the text into a flat tree whose scalars (and member names)

@@ -1,4 +1,4 @@
-package idempotency_test
+package canonical_test
 
 import (
 	"encoding/json"
@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/idempotency/canonical"
 )
 
-func TestCanonicalJSON(t *testing.T) {
+func TestJSON(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ in, want string }{
 		// RFC 8785 section 3.2.2 example (numbers, literals, string escaping).
@@ -41,23 +41,23 @@ func TestCanonicalJSON(t *testing.T) {
 			`[0,0,7,-15,100,999999999999999,-999999999999999,1000000000000000,12345678901234568]`},
 	}
 	for _, c := range cases {
-		got, err := idempotency.CanonicalJSON([]byte(c.in))
+		got, err := canonical.JSON([]byte(c.in))
 		require.NoError(t, err, c.in)
 		require.Equal(t, c.want, string(got), c.in)
 	}
 	for _, bad := range []string{``, `{`, `{"a":1,"a":2}`, `-`, `[-]`, `-01`, `00`, `[1,]`, `01`, `1.`, `1e`, `"\ud800"`, "\"\xff\"",
 		`1e400`, `{"a" 1}`, `tru`, `nul`, `[1] x`, "\"a\x01\"", `"\x"`} {
-		_, err := idempotency.CanonicalJSON([]byte(bad))
-		require.ErrorIs(t, err, idempotency.ErrNotCanonicalizable, "%q", bad)
+		_, err := canonical.JSON([]byte(bad))
+		require.ErrorIs(t, err, canonical.ErrNotCanonicalizable, "%q", bad)
 	}
 }
 
 // ES6 number serialisation agrees with the shortest round-trip value for a
 // spread of doubles (parse back gives the same float).
-func TestCanonicalJSONNumbersRoundTrip(t *testing.T) {
+func TestJSONNumbersRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, f := range []float64{1, -1, 0.1, 1.0 / 3, 1e-7, 1e21, 1e300, math.MaxFloat64, math.SmallestNonzeroFloat64, 123e-20, 9007199254740993} {
-		out, err := idempotency.CanonicalJSON([]byte(strconv.FormatFloat(f, 'g', -1, 64)))
+		out, err := canonical.JSON([]byte(strconv.FormatFloat(f, 'g', -1, 64)))
 		require.NoError(t, err)
 		back, err := strconv.ParseFloat(string(out), 64)
 		require.NoError(t, err)
@@ -65,29 +65,16 @@ func TestCanonicalJSONNumbersRoundTrip(t *testing.T) {
 	}
 }
 
-func TestFingerprintIgnoresOrderAndWhitespace(t *testing.T) {
-	t.Parallel()
-	a := idempotency.Fingerprint("POST", "pay", "/p", "application/json", []byte(`{"amount":100,"currency":"EUR"}`))
-	b := idempotency.Fingerprint("POST", "pay", "/p", "application/json; charset=utf-8", []byte("{ \"currency\" : \"EUR\",\n \"amount\": 1e2 }"))
-	c := idempotency.Fingerprint("POST", "pay", "/p", "application/json", []byte(`{"amount":101,"currency":"EUR"}`))
-	d := idempotency.Fingerprint("PUT", "pay", "/p", "application/json", []byte(`{"amount":100,"currency":"EUR"}`))
-	e := idempotency.Fingerprint("POST", "pay", "/p", "text/plain", []byte(`{"amount":100,"currency":"EUR"}`))
-	require.Equal(t, a, b)
-	require.NotEqual(t, a, c)
-	require.NotEqual(t, a, d)
-	require.NotEqual(t, a, e)
-}
-
-func FuzzCanonicalJSON(f *testing.F) {
+func FuzzJSON(f *testing.F) {
 	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `[1e30, -0, 0.1]`, `"\u00e9\ud83d\ude00"`, `{}`, `{"a":{"b":{"c":[]}}}`, `12.5e-3`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		canon, err := idempotency.CanonicalJSON(in)
+		canon, err := canonical.JSON(in)
 		if err != nil {
 			return
 		}
-		again, err := idempotency.CanonicalJSON(canon)
+		again, err := canonical.JSON(canon)
 		if err != nil {
 			t.Fatalf("canonical form %q does not canonicalize: %v", canon, err)
 		}
@@ -107,7 +94,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if err != nil {
 			return
 		}
-		third, err := idempotency.CanonicalJSON(re)
+		third, err := canonical.JSON(re)
 		if err != nil {
 			t.Fatalf("re-encoded %q does not canonicalize: %v", re, err)
 		}
@@ -117,37 +104,9 @@ func FuzzCanonicalJSON(f *testing.F) {
 	})
 }
 
-// Numbers a double cannot hold exactly never share a fingerprint with their
-// neighbour (the body is then fingerprinted as raw bytes), while exact
-// numbers keep the canonical form's indifference to spelling.
-func TestFingerprintKeepsInexactNumbersApart(t *testing.T) {
-	t.Parallel()
-	fp := func(body string) string {
-		return string(idempotency.Fingerprint("POST", "pay", "/p", "application/json", []byte(body)))
-	}
-	for _, pair := range [][2]string{
-		{`{"id":9007199254740993}`, `{"id":9007199254740992}`},
-		{`{"id":-9223372036854775807}`, `{"id":-9223372036854775806}`},
-		{`{"x":0.10000000000000000001}`, `{"x":0.1}`},
-		{`{"x":1e-400}`, `{"x":0}`},
-		{`{"x":1e-400}`, `{"x":2e-400}`},
-	} {
-		require.NotEqual(t, fp(pair[0]), fp(pair[1]), "%s vs %s", pair[0], pair[1])
-	}
-	for _, pair := range [][2]string{
-		{`{"id":9007199254740992}`, `{ "id": 9.007199254740992e15 }`},
-		{`{"x":4.50}`, `{"x":45e-1}`},
-		{`{"x":100000000000000000000}`, `{"x":1e20}`},
-		{`{"x":-0.0}`, `{"x":0}`},
-		{`{"x":0.000001}`, `{"x":1E-6}`},
-	} {
-		require.Equal(t, fp(pair[0]), fp(pair[1]), "%s vs %s", pair[0], pair[1])
-	}
-}
-
 // RFC 8785 appendix B: doubles (as IEEE 754 bit patterns) and their
 // canonical text.
-func TestCanonicalJSONRFC8785Numbers(t *testing.T) {
+func TestJSONRFC8785Numbers(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		bits uint64
@@ -170,7 +129,7 @@ func TestCanonicalJSONRFC8785Numbers(t *testing.T) {
 		{0x43143ff3c1cb0959, "1424953923781206.2"},
 	} {
 		in := strconv.FormatFloat(math.Float64frombits(c.bits), 'g', -1, 64)
-		got, err := idempotency.CanonicalJSON([]byte(in))
+		got, err := canonical.JSON([]byte(in))
 		require.NoError(t, err, in)
 		require.Equal(t, c.want, string(got), "%016x", c.bits)
 	}
@@ -179,7 +138,7 @@ func TestCanonicalJSONRFC8785Numbers(t *testing.T) {
 // Canonicalizing costs memory linear in the body, whatever its shape: a
 // 1 MiB string under 511 levels of objects allocated some 550 MB when each
 // level copied its members into its parent.
-func TestCanonicalJSONLinearMemory(t *testing.T) {
+func TestJSONLinearMemory(t *testing.T) {
 	long := strings.Repeat("x", 1<<20)
 	for name, body := range map[string]string{
 		"deep objects": strings.Repeat(`{"a":`, 511) + `"` + long + `"` + strings.Repeat("}", 511),
@@ -188,7 +147,7 @@ func TestCanonicalJSONLinearMemory(t *testing.T) {
 		in := []byte(body)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, err := idempotency.CanonicalJSON(in)
+		_, err := canonical.JSON(in)
 		runtime.ReadMemStats(&after)
 		require.NoError(t, err)
 		allocated := after.TotalAlloc - before.TotalAlloc

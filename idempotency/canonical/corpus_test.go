@@ -1,4 +1,4 @@
-package idempotency_test
+package canonical_test
 
 import (
 	"bufio"
@@ -15,10 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekit/oncekit/idempotency"
+	"github.com/oncekit/oncekit/idempotency/canonical"
 )
 
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite testdata/canonical_corpus.golden from the current CanonicalJSON")
+var updateCorpus = flag.Bool("update-corpus", false, "rewrite testdata/corpus.golden from the current canonical.JSON")
 
 // corpusSize is how many generated documents the corpus holds.
 const corpusSize = 600
@@ -144,15 +144,15 @@ func corpus() []string {
 }
 
 // The canonical form of a fixed corpus of generated documents is pinned:
-// testdata/canonical_corpus.golden holds the SHA-256 of each document's
+// testdata/corpus.golden holds the SHA-256 of each document's
 // canonical form (or "error"), written once with -update-corpus. Any change
-// to CanonicalJSON that changes a fingerprint fails here, since stored
+// to JSON that changes a fingerprint fails here, since stored
 // fingerprints would no longer match their retries.
-func TestCanonicalJSONCorpusUnchanged(t *testing.T) {
+func TestJSONCorpusUnchanged(t *testing.T) {
 	t.Parallel()
 	var lines []string
 	for _, doc := range corpus() {
-		out, err := idempotency.CanonicalJSON([]byte(doc))
+		out, err := canonical.JSON([]byte(doc))
 		if err != nil {
 			lines = append(lines, "error")
 			continue
@@ -160,7 +160,7 @@ func TestCanonicalJSONCorpusUnchanged(t *testing.T) {
 		sum := sha256.Sum256(out)
 		lines = append(lines, hex.EncodeToString(sum[:]))
 	}
-	const golden = "testdata/canonical_corpus.golden"
+	const golden = "testdata/corpus.golden"
 	if *updateCorpus {
 		require.NoError(t, os.WriteFile(golden, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
 	}
