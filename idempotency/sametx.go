@@ -44,6 +44,20 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 					lockTimeout = rt.patientLockTimeout
 					continue
 				}
+				// The row's lock is held. A claim's INSERT … ON CONFLICT
+				// DO UPDATE locks the row it conflicts with until its
+				// transaction ends, taken or not: a concurrent replay of a
+				// completed record holds it too. Such a record is
+				// replayed, not answered as in progress.
+				if rec, ok := rt.completedRecord(ctx, id, pgErr); ok {
+					if rec, found, err := rt.e.replicated(ctx, id, rec); err != nil {
+						rt.storeFailed(w, id, err)
+						return
+					} else if found {
+						rt.answerExisting(w, id, fp, rec, false)
+						return
+					}
+				}
 				// In progress. A request that waits does so without a
 				// connection, in one of the key's MaxWaiters places.
 				if rt.cfg.Wait > 0 && time.Now().Before(deadline) && (waiting || rt.startWaiting(id)) {
@@ -108,6 +122,23 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 		return
 	}
 	rt.inProgress(w)
+}
+
+// completedRecord returns the key's committed record when a claim that
+// gave up on its row's lock (err) finds it completed with its response
+// still kept: the lock's holder is then another request reading it, not
+// one running it. Any other record (in progress, released or expired,
+// which the holder may be taking over) or a failed lookup reports false,
+// and the request is answered as in progress.
+func (rt *route) completedRecord(ctx context.Context, id recordID, err *pgconn.PgError) (*record, bool) {
+	if !waitedOnRow(err) {
+		return nil, false
+	}
+	rec, found, lerr := rt.e.lookup(ctx, id)
+	if lerr != nil || !found || rec.state != StateCompleted || rec.bodyExpired {
+		return nil, false
+	}
+	return &rec, true
 }
 
 // gaveUpOnLock reports whether a claim's statement stopped waiting for a
