@@ -12,6 +12,7 @@ import (
 	"github.com/oncekit/oncekit/drift"
 	"github.com/oncekit/oncekit/internal/cfgerr"
 	"github.com/oncekit/oncekit/internal/pgsql"
+	"github.com/oncekit/oncekit/outbox/fleet"
 )
 
 // Config configures a console. The zero value serves a read-only console
@@ -58,6 +59,17 @@ type Config struct {
 	// Overdue and Recent are the overview's windows, as `oncekit status`
 	// takes them. Default to 5 minutes and 24 hours.
 	Overdue, Recent time.Duration
+	// Fleet lists the databases of a relay fleet (outbox/fleet) for the
+	// fleet page, which shows each database's backlog, oldest unpublished
+	// event, parked rows and partition leases, and why one that could not
+	// be read is down; it is called at each view, so a list that operators
+	// edit (fleet.ReadFile of their file) shows as it is now. Nil: no fleet
+	// page.
+	Fleet func() ([]fleet.Database, error)
+	// FleetTimeout bounds the read of each database on the fleet page,
+	// connecting included: a database that does not answer within it is
+	// shown down, and the others are not delayed. Defaults to 5 seconds.
+	FleetTimeout time.Duration
 	// Logger receives the console's logs (every action). Defaults to
 	// slog.Default().
 	Logger *slog.Logger
@@ -73,6 +85,7 @@ func (c *Config) withDefaults() Config {
 	out.Prefix = strings.TrimSuffix(out.Prefix, "/")
 	out.Overdue = cmp.Or(out.Overdue, 5*time.Minute)
 	out.Recent = cmp.Or(out.Recent, 24*time.Hour)
+	out.FleetTimeout = cmp.Or(out.FleetTimeout, 5*time.Second)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	if out.TrustedHeader != "" {
 		out.TrustedHeader = http.CanonicalHeaderKey(out.TrustedHeader)
@@ -96,5 +109,5 @@ func (c *Config) validate() error {
 			return bad("Operators", "each needs a name without ':' and a password of 12 characters or more")
 		}
 	}
-	return bad.IfNegative(c, "Overdue", "Recent")
+	return bad.IfNegative(c, "Overdue", "Recent", "FleetTimeout")
 }

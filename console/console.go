@@ -108,6 +108,9 @@ func (con *Console) routes() http.Handler {
 	mux.HandleFunc("GET /edge/record", con.edgeRecordPage)
 	mux.HandleFunc("GET /drift", con.driftPage)
 	mux.HandleFunc("GET /audit", con.auditPage)
+	if con.cfg.Fleet != nil {
+		mux.HandleFunc("GET /fleet", con.fleetPage)
+	}
 	for path, act := range con.actions() {
 		mux.Handle("POST "+path, con.action(act))
 	}
@@ -183,6 +186,7 @@ type view struct {
 	Nav      string // the page's section
 	Writes   bool
 	Reveal   bool
+	Fleet    bool // the fleet page is served
 	Operator string
 	Flash    string
 	Error    string
@@ -223,7 +227,7 @@ func parsePages() (map[string]*template.Template, error) {
 // for the overview's live refresh (X-Console-Fragment).
 func (con *Console) render(w http.ResponseWriter, r *http.Request, page, title string, data any) {
 	v := view{Title: title, Base: con.cfg.Prefix, Nav: page, Writes: con.cfg.Writes, Reveal: con.cfg.Reveal,
-		Flash: r.URL.Query().Get("done"), Data: data}
+		Fleet: con.cfg.Fleet != nil, Flash: r.URL.Query().Get("done"), Data: data}
 	v.Operator, _ = con.operator(r)
 	name := "layout.html"
 	if r.Header.Get("X-Console-Fragment") == "1" {
@@ -248,7 +252,7 @@ func (con *Console) fail(w http.ResponseWriter, r *http.Request, page string, er
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	v := view{Title: "Error", Base: con.cfg.Prefix, Nav: page, Error: "could not read: " + printable(err.Error())}
+	v := view{Title: "Error", Base: con.cfg.Prefix, Nav: page, Fleet: con.cfg.Fleet != nil, Error: "could not read: " + printable(err.Error())}
 	_ = con.pages["error"].ExecuteTemplate(w, "layout.html", v)
 }
 

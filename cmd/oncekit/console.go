@@ -12,15 +12,18 @@ import (
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/console"
 	"github.com/oncekit/oncekit/migrations"
+	"github.com/oncekit/oncekit/outbox/fleet"
 )
 
-const consoleUsage = `console [--listen ADDR] [--writes] [--prefix PATH] [--reveal] [--replay] [flags]
+const consoleUsage = `console [--listen ADDR] [--writes] [--prefix PATH] [--reveal] [--replay] [--fleet FILE] [flags]
 
 Serves the operator console (docs/console.md) on 127.0.0.1:7070 unless
 --listen says otherwise. Read-only unless --writes; with writes, operators
 authenticate with HTTP basic credentials from ONCEKIT_CONSOLE_OPERATORS
 ("name:password,...") or, behind a reverse proxy that sets it, the header
---trusted-header names.`
+--trusted-header names. With --fleet, a Fleet page shows each database of
+a relay fleet's list (the file oncekit relay --fleet reads), read again at
+each view.`
 
 // defaultConsoleListen keeps the console on loopback unless told otherwise.
 const defaultConsoleListen = "127.0.0.1:7070"
@@ -40,6 +43,8 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	replay := fs.Bool("replay", false, "offer dead-letter replay, publishing to JetStream at --nats-url")
 	slot := fs.String("slot", "", "`NAME` of the logical relay's replication slot, shown in logical mode (default oncekit_ and the schema)")
 	derive := fs.String("derive", "", "comma-separated `NAMES` the services derive event IDs with (DeriveID(id, name)), for the chain")
+	fleetFile := fs.String("fleet", "", "a relay fleet's list `FILE` (as oncekit relay --fleet reads it), shown on a Fleet page")
+	fleetTimeout := fs.Duration("fleet-timeout", 5*time.Second, "how long the Fleet page waits for each database, connecting included")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
@@ -60,6 +65,17 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 		TrustedHeader: *trusted, Reveal: *reveal, Logger: log}
 	if *derive != "" {
 		cfg.Derive = strings.Split(*derive, ",")
+	}
+	if *fleetFile != "" {
+		// Read now, so that a file that is missing or does not parse is
+		// refused at start, and again at each view of the page.
+		if _, err := fleet.ReadFile(*fleetFile); err != nil {
+			return usagef("--fleet: %v", err)
+		}
+		cfg.Fleet = func() ([]fleet.Database, error) { return fleet.ReadFile(*fleetFile) }
+		cfg.FleetTimeout = *fleetTimeout
+	} else if flagSet(fs, "fleet-timeout") {
+		return usagef("--fleet-timeout needs --fleet")
 	}
 	component := migrations.Console
 	if *writes {

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"testing"
@@ -119,4 +122,36 @@ func nonLoopbackIPs(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// --fleet serves a Fleet page of the list's databases, read again at each
+// view; a list that cannot be read is refused at start, and
+// --fleet-timeout without --fleet is refused.
+func TestConsoleFleetPage(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	file := writeFleetFile(t, [3]string{"orders", db.URL, db.Schema})
+	addr := startConsole(t, db, nil, "--listen", "127.0.0.1:0", "--fleet", file, "--fleet-timeout", "2s")
+	page := func() string {
+		resp, err := http.Get("http://" + addr + "/fleet")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.Contains(t, page(), "<td>orders</td><td>up</td>")
+	require.NoError(t, os.WriteFile(file, []byte(`[{"name":"orders","url":"`+db.URL+`","schema":"`+db.Schema+
+		`"},{"name":"billing","url":"postgres://relay:S3cret@`+testenv.FreeAddr(t)+`/x"}]`), 0o600))
+	p := page()
+	require.Contains(t, p, `<td>billing</td><td class="bad">down: unreachable`)
+	require.NotContains(t, p, "S3cret")
+
+	code, _, stderr := runEffectsCLI(t, db, "console", "--listen", "127.0.0.1:0", "--fleet", filepath.Join(t.TempDir(), "missing.json"))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--fleet:")
+	code, _, stderr = runEffectsCLI(t, db, "console", "--listen", "127.0.0.1:0", "--fleet-timeout", "1s")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--fleet-timeout needs --fleet")
 }

@@ -115,7 +115,7 @@ func runFleetStatus(ctx context.Context, e *env, fs *flag.FlagSet, file string, 
 	if err != nil {
 		return usagef("--fleet: %v", err)
 	}
-	rows := fleetStatus(ctx, dbs, timeout)
+	rows := fleet.ReadStatus(ctx, dbs, timeout, "oncekit-status")
 	if asJSON {
 		err = writeJSON(e.stdout, rows)
 	} else {

@@ -17,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/testkit/testenv"
 	"github.com/oncekit/oncekit/outbox"
+	"github.com/oncekit/oncekit/outbox/fleet"
 )
 
 // writeFleetFile writes a fleet list of name → (url, schema) pairs.
@@ -90,7 +91,7 @@ func TestStatusFleetLineByDatabase(t *testing.T) {
 
 	code, out, stderr = cli(t, nil, "status", "--fleet", file, "--timeout", "2s", "--json")
 	require.Equal(t, 1, code, stderr)
-	var rows []fleetDatabase
+	var rows []fleet.DatabaseStatus
 	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
 	require.Len(t, rows, 7)
 	require.True(t, rows[0].Up)
