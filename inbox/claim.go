@@ -9,12 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
-	"github.com/oncekit/oncekit/internal/pguuid"
 )
 
 // The claim stage of a batch: its transaction begins and claims its
-// messages (one round trip), and each message is admitted to run or decided
-// without its handler (a duplicate, a held-back key, a dead letter).
+// messages, in one round trip when the database can pipeline.
 
 // txRun is one transaction of a batch under way: the claims it took and what
 // it has to write before its commit.
@@ -27,13 +25,6 @@ type txRun struct {
 	seen    map[uuid.UUID]bool
 	blocked map[string]bool // ordered: keys held back by an earlier failure
 	release []uuid.UUID     // claims to give back (held back, or failed under a savepoint)
-	dead    []pendingDead
-}
-
-// pendingDead is a dead letter to write before the commit, for message i.
-type pendingDead struct {
-	i  int
-	dl DeadLetter
 }
 
 // beginTx begins the transaction of items and claims their pending messages.
@@ -53,60 +44,6 @@ func (c *Consumer) beginTx(ctx context.Context, items []*item, out []outcome, bl
 	}, nil
 }
 
-// rollback ends the transaction whatever ctx says.
-func (r *txRun) rollback(ctx context.Context) {
-	_ = r.tx.Rollback(context.WithoutCancel(ctx))
-}
-
-// rollbackOn rolls the transaction back when *err is set: a mode's deferred
-// call, for the errors that leave its transaction open.
-func (r *txRun) rollbackOn(ctx context.Context, err *error) {
-	if *err != nil {
-		r.rollback(ctx)
-	}
-}
-
-// admit reports whether message i's handler is to run. A message whose
-// outcome is already set (a handler failure from a run without savepoints,
-// or a copy of it) is not claimed, and the failure is dead-lettered in this
-// transaction if that is its outcome; an undecodable message is
-// dead-lettered; a duplicate, and in ordered mode a message of a held-back
-// key, is decided here.
-func (c *Consumer) admit(r *txRun, i int) bool {
-	it := r.items[i]
-	switch o := r.out[i]; o.kind {
-	case outPending:
-	case outDead: // failed in the run before this one
-		r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, o.reason)})
-		return false
-	case outRetry: // failed in the run before this one
-		if it.msg.Key != "" {
-			r.blocked[it.msg.Key] = true
-		}
-		return false
-	default: // a copy of the message that failed in the run before
-		return false
-	}
-	if it.reason != "" {
-		r.out[i] = outcome{kind: outDead, reason: it.reason, kindOf: deadKind(it.reason)}
-		r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, it.reason)})
-		return false
-	}
-	id := it.msg.ID
-	first := !r.seen[id]
-	r.seen[id] = true
-	if r.claimed != nil && (!r.claimed[id] || !first) {
-		r.out[i] = outcome{kind: outDuplicate}
-		return false
-	}
-	if c.cfg.Ordered && r.blocked[it.msg.Key] && it.msg.Key != "" {
-		r.out[i] = outcome{kind: outSkip}
-		r.release = append(r.release, id)
-		return false
-	}
-	return true
-}
-
 // batchSender sends a batch of statements in one round trip; a
 // *pgxpool.Pool and a *pgx.Conn are.
 type batchSender interface {
@@ -123,54 +60,43 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome)
 			ids = append(ids, it.msg.ID)
 		}
 	}
-	bs, pipelined := c.db.(batchSender)
-	if c.cfg.Test.DisableClaim || len(ids) == 0 || !pipelined {
-		tx, err := c.db.Begin(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("inbox: begin: %w", err)
-		}
-		var claimed map[uuid.UUID]bool
-		switch {
-		case c.cfg.Test.DisableClaim:
-		case len(ids) == 0:
-			claimed = map[uuid.UUID]bool{}
-		default:
-			claimed, err = c.store.claimAll(ctx, tx, c.cfg.Name, ids)
+	if bs, pipelined := c.db.(batchSender); pipelined && !c.cfg.Test.DisableClaim && len(ids) > 0 {
+		// Expect new messages (a plain INSERT) unless a duplicate was seen
+		// lately; a duplicate makes the plain INSERT fail, and the claim is
+		// redone with ON CONFLICT DO NOTHING.
+		expectNew := c.conflictCooldown.Load() <= 0
+		tx, claimed, err := c.pipelinedBeginClaim(ctx, bs, ids, expectNew)
+		if err != nil && expectNew && pgsql.IsUniqueViolation(err) {
+			c.conflictCooldown.Store(conflictCooldown)
+			tx, claimed, err = c.pipelinedBeginClaim(ctx, bs, ids, false)
 		}
 		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, nil, err
 		}
-		return withUUIDCodec(tx), claimed, nil
+		if !expectNew && len(claimed) < len(ids) {
+			c.conflictCooldown.Store(conflictCooldown)
+		} else if !expectNew {
+			c.conflictCooldown.Add(-1)
+		}
+		return tx, claimed, nil
 	}
-	// Expect new messages (a plain INSERT) unless a duplicate was seen
-	// lately; a duplicate makes the plain INSERT fail, and the claim is
-	// redone with ON CONFLICT DO NOTHING.
-	expectNew := c.conflictCooldown.Load() <= 0
-	tx, claimed, err := c.pipelinedBeginClaim(ctx, bs, ids, expectNew)
-	if err != nil && expectNew && pgsql.IsUniqueViolation(err) {
-		c.conflictCooldown.Store(conflictCooldown)
-		tx, claimed, err = c.pipelinedBeginClaim(ctx, bs, ids, false)
+	tx, err := c.db.Begin(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inbox: begin: %w", err)
+	}
+	var claimed map[uuid.UUID]bool
+	switch {
+	case c.cfg.Test.DisableClaim:
+	case len(ids) == 0:
+		claimed = map[uuid.UUID]bool{}
+	default:
+		claimed, err = c.store.claimAll(ctx, tx, c.cfg.Name, ids)
 	}
 	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, nil, err
 	}
-	if !expectNew && len(claimed) < len(ids) {
-		c.conflictCooldown.Store(conflictCooldown)
-	} else if !expectNew {
-		c.conflictCooldown.Add(-1)
-	}
-	return withUUIDCodec(tx), claimed, nil
-}
-
-// withUUIDCodec registers RegisterUUID's codec on tx's connection (once per
-// connection), so a handler binding msg.ID to a uuid parameter pays no text
-// round trip.
-func withUUIDCodec(tx pgx.Tx) pgx.Tx {
-	if conn := tx.Conn(); conn != nil {
-		pguuid.Register(conn.TypeMap())
-	}
-	return tx
+	return tx, claimed, nil
 }
 
 // conflictCooldown is how many transactions claim with ON CONFLICT after a

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,8 +63,8 @@ type rawHeader struct {
 	Values [][]byte `json:"v"`
 }
 
-// toRow makes dl's strings storable and keeps the exact bytes of those that
-// changed.
+// toRow makes dl's strings storable, all at once, and keeps the exact bytes
+// of those that changed.
 func toRow(dl DeadLetter) (deadRow, error) {
 	r := deadRow{
 		messageID: deadKey(dl.MessageID),
@@ -78,7 +77,7 @@ func toRow(dl DeadLetter) (deadRow, error) {
 	if r.subject != dl.Subject {
 		r.rawSubject = []byte(dl.Subject)
 	}
-	headers, exact := storableHeaders(dl.Headers)
+	headers, exact := untrusted.Headers(dl.Headers)
 	var err error
 	if r.headers, err = json.Marshal(headers); err != nil {
 		return r, fmt.Errorf("inbox: dead letter headers: %w", err)
@@ -97,30 +96,6 @@ func toRow(dl DeadLetter) (deadRow, error) {
 		}
 	}
 	return r, nil
-}
-
-// storableHeaders returns h with every name and value storable in jsonb
-// (names as keys, so two names never merge), and whether that is h itself.
-func storableHeaders(h map[string][]string) (map[string][]string, bool) {
-	exact := true
-	for name, vs := range h {
-		exact = exact && untrusted.Storable(name)
-		for _, v := range vs {
-			exact = exact && untrusted.Storable(v)
-		}
-	}
-	if exact {
-		return h, true
-	}
-	out := make(map[string][]string, len(h))
-	for name, vs := range h {
-		clean := make([]string, len(vs))
-		for i, v := range vs {
-			clean[i] = untrusted.Text(v, len(v)*3+8) // every byte kept, made readable
-		}
-		out[untrusted.Key(name, len(name)*3+64)] = clean
-	}
-	return out, false
 }
 
 // InsertDeadLetter writes dl (ID, CreatedAt and ReplayedAt are ignored). It
@@ -181,16 +156,6 @@ func scanDead(row pgx.Row) (DeadLetter, error) {
 	return dl, nil
 }
 
-// minimalDead is what is left of dl to record when PostgreSQL refused its
-// row: its consumer, ID, payload and attempts, and why the rest is missing.
-func minimalDead(dl DeadLetter, refusal error) DeadLetter {
-	return DeadLetter{
-		Consumer: dl.Consumer, MessageID: dl.MessageID, Payload: dl.Payload, Attempts: dl.Attempts,
-		Reason: untrusted.Text(fmt.Sprintf("dead letter refused by PostgreSQL (%v); kept without subject and headers; reason: %s",
-			refusal, dl.Reason), maxReasonBytes),
-	}
-}
-
 // Recorded says what RecordDeadLetter wrote for a message.
 type Recorded int
 
@@ -216,60 +181,71 @@ const (
 // cure; refusal is then nil. Otherwise refusal is why the whole dead letter
 // was not written, if it was not.
 func (s *Store) RecordDeadLetter(ctx context.Context, q oncekit.Querier, dl DeadLetter) (rec Recorded, refusal, err error) {
-	insert := func(dl DeadLetter) error { _, err := s.InsertDeadLetter(ctx, q, dl); return err }
-	if tx, ok := q.(pgx.Tx); ok {
-		insert = func(dl DeadLetter) error {
-			sp, err := tx.Begin(ctx)
-			if err != nil {
+	insert := func(dl DeadLetter) (err error) {
+		on, sp := q, pgx.Tx(nil)
+		if tx, ok := q.(pgx.Tx); ok {
+			if sp, err = tx.Begin(ctx); err != nil {
 				return fmt.Errorf("inbox: dead letter savepoint: %w", err)
 			}
-			if _, err := s.InsertDeadLetter(ctx, sp, dl); err != nil {
-				if rerr := sp.Rollback(ctx); rerr != nil {
-					return fmt.Errorf("inbox: dead letter savepoint: %w", rerr)
-				}
-				return err
-			}
-			return sp.Commit(ctx)
+			on = sp
 		}
+		_, err = s.InsertDeadLetter(ctx, on, dl)
+		switch {
+		case sp == nil:
+			return err
+		case err != nil:
+			if rerr := sp.Rollback(ctx); rerr != nil {
+				return fmt.Errorf("inbox: dead letter savepoint: %w", rerr)
+			}
+			return err
+		}
+		return sp.Commit(ctx)
 	}
 	if err = insert(dl); !pgsql.Refused(err) {
 		return RecordedWhole, nil, err
 	}
 	refusal = err
-	if err = insert(minimalDead(dl, refusal)); !pgsql.Refused(err) {
+	// What is left of dl when PostgreSQL refused its row: its consumer, ID,
+	// payload and attempts, and why the rest is missing (the reason made
+	// storable, within maxReasonBytes, with the row).
+	minimal := DeadLetter{
+		Consumer: dl.Consumer, MessageID: dl.MessageID, Payload: dl.Payload, Attempts: dl.Attempts,
+		Reason: fmt.Sprintf("dead letter refused by PostgreSQL (%v); kept without subject and headers; reason: %s", refusal, dl.Reason),
+	}
+	if err = insert(minimal); !pgsql.Refused(err) {
 		return RecordedMinimal, refusal, err
 	}
 	return RecordedNothing, refusal, nil
 }
 
-// recordDead records dl on q (RecordDeadLetter) and logs a refusal. It
-// reports whether a row stands for the message; false means it is to be
-// terminated at the broker.
-func (c *Consumer) recordDead(ctx context.Context, q oncekit.Querier, it *item, dl DeadLetter) (bool, error) {
-	rec, refusal, err := c.store.RecordDeadLetter(ctx, q, dl)
-	switch {
-	case err != nil:
-		return false, err
-	case rec == RecordedMinimal:
-		c.logger(it).Warn("inbox dead letter refused by PostgreSQL; recorded a minimal one", "err", refusal)
-	case rec == RecordedNothing:
-		c.logger(it).Error("inbox dead letter refused by PostgreSQL, minimal one too; terminating the message at the broker",
-			"err", refusal, "reason", untrusted.Text(dl.Reason, maxReasonBytes))
-		return false, nil
-	}
-	return true, nil
-}
+// The dead-letter stage of a batch: the dead letters of its messages are
+// written, each made storable at once (toRow), at the commit, or on its own
+// for a message that ran alone.
 
-// deadKind is the metric label of a message dead-lettered before its
-// handler ran, by its reason.
-func deadKind(reason string) string {
-	switch {
-	case reason == ReasonNoID:
-		return "no_id"
-	case strings.HasPrefix(reason, reasonUnauthenticated):
-		return "unauthenticated"
+// recordDead writes, on q, the dead letter of each message of items whose
+// outcome is outDead, in order (RecordDeadLetter), and logs a refusal. A
+// message for which no row stands (PostgreSQL refused its minimal record
+// too) becomes outDropped: it is to be terminated at the broker. An error
+// is a failure other than a refusal, and stops at its message.
+func (c *Consumer) recordDead(ctx context.Context, q oncekit.Querier, items []*item, out []outcome) error {
+	for i, it := range items {
+		if out[i].kind != outDead {
+			continue
+		}
+		dl := c.deadLetter(it, out[i].reason)
+		rec, refusal, err := c.store.RecordDeadLetter(ctx, q, dl)
+		switch {
+		case err != nil:
+			return err
+		case rec == RecordedMinimal:
+			c.logger(it).Warn("inbox dead letter refused by PostgreSQL; recorded a minimal one", "err", refusal)
+		case rec == RecordedNothing:
+			c.logger(it).Error("inbox dead letter refused by PostgreSQL, minimal one too; terminating the message at the broker",
+				"err", refusal, "reason", untrusted.Text(dl.Reason, maxReasonBytes))
+			out[i].kind = outDropped
+		}
 	}
-	return "invalid_id"
+	return nil
 }
 
 // deadLetter is the dead letter of it, for reason.

@@ -4,14 +4,98 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekit/oncekit/internal/pguuid"
 )
 
-// The handle stage of a batch: each admitted message's handler runs in the
-// batch's transaction (alone, among others, or under a savepoint of its
-// own), and a failure is turned into the message's outcome.
+// The handle stage of a batch: each message is admitted to run or decided
+// without its handler (a duplicate, a held-back key, a dead letter), each
+// admitted message's handler runs in the batch's transaction (alone, among
+// others, or under a savepoint of its own), and a failure is turned into
+// the message's outcome.
+
+// runMessages admits and runs r's messages, in order, and sets their
+// outcomes. ended reports that the transaction is over without a commit:
+// rolled back at a message's failure (rolledBack, plain), given up on
+// (alone), or failed (err).
+func (c *Consumer) runMessages(ctx context.Context, mode runMode, r *txRun) (rolledBack int, ended bool, err error) {
+	useUUIDCodec(r.tx)
+	for i := range r.items {
+		if !c.admit(r, i) {
+			continue
+		}
+		if rolledBack, ended, err := c.runMessage(ctx, mode, r, i); ended {
+			return rolledBack, true, err
+		}
+	}
+	if mode == plain && r.q.flush(ctx) != nil {
+		// A statement queued by some message failed at the end.
+		return c.queueFailed(ctx, r), true, nil
+	}
+	return -1, false, nil
+}
+
+// useUUIDCodec registers RegisterUUID's codec on tx's connection (once per
+// connection), so a handler binding msg.ID to a uuid parameter pays no text
+// round trip.
+func useUUIDCodec(tx pgx.Tx) {
+	if conn := tx.Conn(); conn != nil {
+		pguuid.Register(conn.TypeMap())
+	}
+}
+
+// admit reports whether message i's handler is to run. A message whose
+// outcome is already set (a handler failure from a run without savepoints,
+// or a copy of it) is not claimed, and the failure is dead-lettered at the
+// commit if that is its outcome; an undecodable message is dead-lettered;
+// a duplicate, and in ordered mode a message of a held-back key, is decided
+// here.
+func (c *Consumer) admit(r *txRun, i int) bool {
+	it := r.items[i]
+	switch o := r.out[i]; o.kind {
+	case outPending:
+	case outRetry: // failed in the run before this one
+		if it.msg.Key != "" {
+			r.blocked[it.msg.Key] = true
+		}
+		return false
+	default: // failed in the run before this one (outDead), or a copy of it
+		return false
+	}
+	if it.reason != "" {
+		r.out[i] = outcome{kind: outDead, reason: it.reason, kindOf: deadKind(it.reason)}
+		return false
+	}
+	id := it.msg.ID
+	first := !r.seen[id]
+	r.seen[id] = true
+	if r.claimed != nil && (!r.claimed[id] || !first) {
+		r.out[i] = outcome{kind: outDuplicate}
+		return false
+	}
+	if c.cfg.Ordered && r.blocked[it.msg.Key] && it.msg.Key != "" {
+		r.out[i] = outcome{kind: outSkip}
+		r.release = append(r.release, id)
+		return false
+	}
+	return true
+}
+
+// deadKind is the metric label of a message dead-lettered before its
+// handler ran, by its reason.
+func deadKind(reason string) string {
+	switch {
+	case reason == ReasonNoID:
+		return "no_id"
+	case strings.HasPrefix(reason, reasonUnauthenticated):
+		return "unauthenticated"
+	}
+	return "invalid_id"
+}
 
 // runMessage runs message i of r's transaction and sets its outcome. ended
 // reports that the transaction is over without a commit: rolled back at
@@ -51,14 +135,13 @@ func (c *Consumer) runMessage(ctx context.Context, mode runMode, r *txRun, i int
 	case alone:
 		r.rollback(ctx)
 		if r.out[i].kind == outDead {
-			recorded, derr := c.recordDead(ctx, c.db, it, c.deadLetter(it, r.out[i].reason))
+			// Written on its own, without the rolled-back claim.
+			derr := c.recordDead(ctx, c.db, r.items[i:i+1], r.out[i:i+1])
 			switch {
 			case derr != nil:
 				c.watch.Failed("dead_letter", derr)
 				r.out[i] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
-			case !recorded:
-				r.out[i].kind = outDropped
-			default:
+			case r.out[i].kind == outDead: // recorded, not dropped
 				c.watch.OK("dead_letter")
 			}
 		}
@@ -70,12 +153,25 @@ func (c *Consumer) runMessage(ctx context.Context, mode runMode, r *txRun, i int
 	if r.claimed != nil {
 		r.release = append(r.release, it.msg.ID)
 	}
-	if r.out[i].kind == outDead {
-		r.dead = append(r.dead, pendingDead{i, c.deadLetter(it, r.out[i].reason)})
-	} else if it.msg.Key != "" {
+	if r.out[i].kind != outDead && it.msg.Key != "" {
+		// A dead letter is written at the commit; a retry holds its key
+		// back.
 		r.blocked[it.msg.Key] = true
 	}
 	return -1, false, nil
+}
+
+// rollback ends the transaction whatever ctx says.
+func (r *txRun) rollback(ctx context.Context) {
+	_ = r.tx.Rollback(context.WithoutCancel(ctx))
+}
+
+// rollbackOn rolls the transaction back when *err is set: a mode's deferred
+// call, for the errors that leave its transaction open.
+func (r *txRun) rollbackOn(ctx context.Context, err *error) {
+	if *err != nil {
+		r.rollback(ctx)
+	}
 }
 
 // queueFailed rolls back a batch run without savepoints whose queued

@@ -133,14 +133,15 @@ const (
 )
 
 // runTx runs items in one transaction, one way, through the stages of a
-// batch, each in its file, none calling back here: the claim stage
-// (claim.go; beginTx: the transaction and the claims, one round trip;
-// admit), the handle stage (handle.go; runMessage for each admitted
-// message), and the settle stage (settle.go; commitTx: releases, dead
-// letters, COMMIT). It fills out and returns the index of the message
-// whose failure rolled the whole transaction back (-1: none; only plain
-// does), and an error when the transaction as a whole failed. In ordered
-// mode a key in blocked (nil: none) waits behind an earlier failure.
+// batch, each in its file, called once, none calling back here: the claim
+// stage (claim.go; beginTx: the transaction and the claims, one round
+// trip), the handle stage (handle.go; runMessages: each message admitted
+// and its handler run), and the settle stage (settle.go; commitTx:
+// releases, dead letters, COMMIT). It fills out and returns the index of
+// the message whose failure rolled the whole transaction back (-1: none;
+// only plain does), and an error when the transaction as a whole failed.
+// In ordered mode a key in blocked (nil: none) waits behind an earlier
+// failure.
 func (c *Consumer) runTx(ctx context.Context, mode runMode, items []*item, out []outcome, blocked map[string]bool) (rolledBack int, err error) {
 	r, err := c.beginTx(ctx, items, out, blocked)
 	if err != nil {
@@ -149,17 +150,8 @@ func (c *Consumer) runTx(ctx context.Context, mode runMode, items []*item, out [
 	}
 	c.watch.OK("claim")
 	defer r.rollbackOn(ctx, &err)
-	for i := range items {
-		if !c.admit(r, i) {
-			continue
-		}
-		if rolledBack, ended, err := c.runMessage(ctx, mode, r, i); ended {
-			return rolledBack, err
-		}
-	}
-	if mode == plain && r.q.flush(ctx) != nil {
-		// A statement queued by some message failed at the end.
-		return c.queueFailed(ctx, r), nil
+	if rolledBack, ended, err := c.runMessages(ctx, mode, r); ended {
+		return rolledBack, err
 	}
 	if err := c.commitTx(ctx, r); err != nil {
 		c.watch.Failed("commit", err)

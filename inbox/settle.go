@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,16 +30,10 @@ func (c *Consumer) commitTx(ctx context.Context, r *txRun) error {
 			return err
 		}
 	}
-	for _, pd := range r.dead {
-		recorded, err := c.recordDead(ctx, r.tx, r.items[pd.i], pd.dl)
-		if err != nil {
-			return err
-		}
-		if !recorded {
-			r.out[pd.i].kind = outDropped
-		}
+	if err := c.recordDead(ctx, r.tx, r.items, r.out); err != nil {
+		return err
 	}
-	if hasDuplicate(r.out) && c.syncStandbys.On(ctx, r.tx) {
+	if slices.ContainsFunc(r.out, isDuplicate) && c.syncStandbys.On(ctx, r.tx) {
 		// A claim found already there may be one whose commit is visible
 		// on this primary and not yet on its synchronous standby (a
 		// cancelled wait): acking its message as done must wait until
@@ -165,16 +160,8 @@ func (c *Consumer) ack(ctx context.Context, it *item) {
 	}
 }
 
-// hasDuplicate reports whether a message of the transaction was found
-// already claimed.
-func hasDuplicate(out []outcome) bool {
-	for _, o := range out {
-		if o.kind == outDuplicate {
-			return true
-		}
-	}
-	return false
-}
+// isDuplicate reports whether o is of a message found already claimed.
+func isDuplicate(o outcome) bool { return o.kind == outDuplicate }
 
 // redoAll leaves every message of out to a new attempt, with outcome kind
 // (outRetry after a failed transaction, outUnknown after a commit whose

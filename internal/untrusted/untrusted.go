@@ -92,6 +92,32 @@ func derived(s string) bool {
 	return true
 }
 
+// Headers returns h with every name and value storable in a jsonb object:
+// each value made readable with every byte kept (Text), each name made a
+// Key, so that two names never merge. It also reports whether that is h
+// itself, every name and value storable as it is.
+func Headers(h map[string][]string) (map[string][]string, bool) {
+	exact := true
+	for name, vs := range h {
+		exact = exact && Storable(name)
+		for _, v := range vs {
+			exact = exact && Storable(v)
+		}
+	}
+	if exact {
+		return h, true
+	}
+	out := make(map[string][]string, len(h))
+	for name, vs := range h {
+		clean := make([]string, len(vs))
+		for i, v := range vs {
+			clean[i] = Text(v, len(v)*3+8) // every byte kept, made readable
+		}
+		out[Key(name, len(name)*3+64)] = clean
+	}
+	return out, false
+}
+
 // Printable returns s safe to print on a terminal: every control character
 // (tab and newline included, and the C1 controls that start escape
 // sequences) and every invalid UTF-8 byte is written as a Go escape (\t,

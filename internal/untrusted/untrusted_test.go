@@ -53,6 +53,26 @@ func TestKey(t *testing.T) {
 	require.NotEqual(t, k, untrusted.Key(long+"y", 256))
 }
 
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	h := map[string][]string{"a": {"1", "2"}, "b": {"x"}}
+	got, exact := untrusted.Headers(h)
+	require.True(t, exact)
+	require.Equal(t, h, got, "storable headers are kept as they are")
+
+	got, exact = untrusted.Headers(map[string][]string{"a\xff": {"v\x00", "ok"}, "a\xfe": {strings.Repeat("\xff", 100)}, "c": {"z"}})
+	require.False(t, exact)
+	require.Len(t, got, 3, "two names that clean alike stay apart")
+	for name, vs := range got {
+		require.True(t, untrusted.Storable(name), name)
+		for _, v := range vs {
+			require.True(t, untrusted.Storable(v), v)
+			require.NotContains(t, v, "…", "every byte is kept")
+		}
+	}
+	require.Equal(t, []string{"z"}, got["c"])
+}
+
 // FuzzKey: every key is storable, within its cap, and two inputs never share
 // one.
 func FuzzKey(f *testing.F) {
