@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,29 +9,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/examples/kafka/kafkabroker"
 	"github.com/oncekit/oncekit/examples/kafka/kafkatest"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testkit/brokerbench"
 	"github.com/oncekit/oncekit/internal/testkit/testenv"
-	"github.com/oncekit/oncekit/outbox"
 	"github.com/oncekit/oncekit/watermill/asbroker"
 )
 
-// benchLogger shows the relay's warnings only: a drain far slower than
-// usual says why (publishes failed and were tried again).
-var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
 // benchN is the number of events each run moves: ONCEKIT_KAFKA_BENCH_N,
 // default 5,000.
-func benchN() int {
-	if n, err := strconv.Atoi(os.Getenv("ONCEKIT_KAFKA_BENCH_N")); err == nil && n > 0 {
-		return n
-	}
-	return 5000
-}
+func benchN() int { return brokerbench.N("ONCEKIT_KAFKA_BENCH_N") }
 
 // benchPartitions is the partitions of every benchmark topic.
 const benchPartitions = 4
@@ -96,78 +82,23 @@ func benchTopic(b *testing.B, brokers []string) string {
 	return name
 }
 
-// benchEvents are n events of 256-byte payloads over 64 keys.
-func benchEvents(topic string, n int) []broker.Message {
-	payload := make([]byte, 256)
-	for i := range payload {
-		payload[i] = 'a' + byte(i%26)
-	}
-	msgs := make([]broker.Message, n)
-	for i := range msgs {
-		msgs[i] = broker.Message{ID: uuid.New(), Subject: topic, Key: fmt.Sprintf("k-%d", i%64), Payload: payload}
-	}
-	return msgs
-}
-
-// relayDrain fills a fresh outbox with n events (untimed) and returns the
-// relay's msgs/s from its start until every row is marked published.
+// relayDrain returns the relay's msgs/s draining n events from a fresh
+// outbox into a fresh topic, which must then hold them all.
 func relayDrain(b *testing.B, brokers []string, n int) float64 {
 	b.Helper()
 	b.StopTimer()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	db := testenv.NewDB(b)
 	topic := benchTopic(b, brokers)
-	ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	msgs := benchEvents(topic, n)
-	for i := 0; i < n; i += 1000 {
-		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			_, err := ob.Enqueue(ctx, tx, msgs[i:min(i+1000, n)]...)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := db.Pool.Exec(ctx, `ANALYZE`); err != nil {
-		b.Fatal(err)
-	}
 	pub, err := kafkabroker.NewPublisher(kafkabroker.Config{Brokers: brokers})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(db.Pool, ob, pub, &outbox.RelayConfig{Logger: benchLogger, Retention: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	b.StartTimer()
-	start := time.Now()
-	go func() { done <- relay.Run(ctx) }()
-	for {
-		left, err := ob.Backlog(ctx, db.Pool)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if left.Pending == 0 {
-			break
-		}
-		time.Sleep(2 * time.Millisecond) // polling the backlog, inside the measurement
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+	rate := brokerbench.RelayDrain(b, db.Pool, db.Schema, pub, brokerbench.Events(topic, n))
 	if got, err := kafkatest.Stored(brokers, topic); err != nil || got < n {
 		b.Fatalf("the topic holds %d of %d messages (%v)", got, n, err)
 	}
-	return float64(n) / elapsed.Seconds()
+	return rate
 }
 
 // peerPublish returns the msgs/s of watermill-kafka's publisher sending n
@@ -181,7 +112,7 @@ func peerPublish(b *testing.B, brokers []string, n int) float64 {
 		b.Fatal(err)
 	}
 	defer wpub.Close()
-	msgs := benchEvents(topic, n)
+	msgs := brokerbench.Events(topic, n)
 	ctx := context.Background()
 	work := make(chan broker.Message)
 	errs := make(chan error, 16)
@@ -220,23 +151,20 @@ func peerPublish(b *testing.B, brokers []string, n int) float64 {
 type consumeWorld struct {
 	db      *testenv.DB
 	topic   string
-	effects string
+	effects *brokerbench.Effects
 }
 
 func newConsumeWorld(b *testing.B, brokers []string, n int) *consumeWorld {
 	b.Helper()
 	ctx := context.Background()
 	w := &consumeWorld{db: testenv.NewDB(b), topic: benchTopic(b, brokers)}
-	w.effects = pgx.Identifier{w.db.Schema, "effects"}.Sanitize()
-	if _, err := w.db.Pool.Exec(ctx, `CREATE TABLE `+w.effects+` (event_id uuid PRIMARY KEY, body bytea NOT NULL)`); err != nil {
-		b.Fatal(err)
-	}
+	w.effects = brokerbench.NewEffects(b, w.db.Pool, w.db.Schema)
 	pub, err := kafkabroker.NewPublisher(kafkabroker.Config{Brokers: brokers})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer pub.Close()
-	msgs := benchEvents(w.topic, n)
+	msgs := brokerbench.Events(w.topic, n)
 	for i := 0; i < n; i += 1000 {
 		for _, r := range pub.Publish(ctx, msgs[i:min(i+1000, n)]) {
 			if r.Err != nil {
@@ -261,10 +189,7 @@ func inboxConsume(b *testing.B, brokers []string, n int) float64 {
 		b.Fatal(err)
 	}
 	defer src.Close()
-	c, err := inbox.NewConsumer(w.db.Pool, src, inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		_, err := tx.Exec(ctx, `INSERT INTO `+w.effects+` (event_id, body) VALUES ($1, $2)`, msg.ID, msg.Payload)
-		return err
-	}), &inbox.Config{Name: "bench", Schema: w.db.Schema, BatchSize: 200, Logger: quiet})
+	c, err := inbox.NewConsumer(w.db.Pool, src, w.effects.Handler(), &inbox.Config{Name: "bench", Schema: w.db.Schema, BatchSize: 200, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -282,24 +207,10 @@ func inboxConsume(b *testing.B, brokers []string, n int) float64 {
 // kfake) is left out.
 func timeApplied(b *testing.B, w *consumeWorld, n int) time.Duration {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	count := func() int {
-		var got int
-		if err := w.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+w.effects).Scan(&got); err != nil {
-			b.Fatal(err)
-		}
-		return got
-	}
-	poll := func(want int) {
-		for count() < want {
-			time.Sleep(5 * time.Millisecond) // polling the table, part of the measurement
-		}
-	}
-	poll(1)
+	w.effects.WaitFor(b, 1)
 	b.StartTimer()
 	start := time.Now()
-	poll(n)
+	w.effects.WaitFor(b, n)
 	elapsed := time.Since(start)
 	b.StopTimer()
 	return elapsed
@@ -329,8 +240,7 @@ func peerConsume(b *testing.B, brokers []string, n int) float64 {
 	go func() {
 		for m := range in {
 			go func() {
-				_, err := w.db.Pool.Exec(ctx, `INSERT INTO `+w.effects+` (event_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING`, m.UUID, []byte(m.Payload))
-				if err != nil {
+				if err := w.effects.Apply(ctx, m.UUID, []byte(m.Payload)); err != nil {
 					m.Nack()
 					return
 				}

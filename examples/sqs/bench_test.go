@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,32 +13,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/examples/sqs/fauxqs"
 	"github.com/oncekit/oncekit/examples/sqs/sqsbroker"
 	"github.com/oncekit/oncekit/inbox"
+	"github.com/oncekit/oncekit/internal/testkit/brokerbench"
 	"github.com/oncekit/oncekit/oncekittest"
-	"github.com/oncekit/oncekit/outbox"
 )
 
 // quiet discards the relay's and the consumer's logs.
 var quiet = slog.New(slog.DiscardHandler)
 
-// benchLogger shows the relay's warnings only: a drain far slower than
-// usual says why (publishes failed and were tried again).
-var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
 // benchN is the number of events each run moves: ONCEKIT_SQS_BENCH_N,
 // default 5,000.
-func benchN() int {
-	if n, err := strconv.Atoi(os.Getenv("ONCEKIT_SQS_BENCH_N")); err == nil && n > 0 {
-		return n
-	}
-	return 5000
-}
+func benchN() int { return brokerbench.N("ONCEKIT_SQS_BENCH_N") }
 
 // peerWorkers is the number of the bare SDK's send or receive loops: the
 // inbox consumer's default Concurrency.
@@ -85,74 +73,18 @@ func BenchmarkSQSConsume(b *testing.B) {
 	}
 }
 
-// benchEvents are n events of 256-byte payloads over 64 keys.
-func benchEvents(subject string, n int) []broker.Message {
-	payload := make([]byte, 256)
-	for i := range payload {
-		payload[i] = 'a' + byte(i%26)
-	}
-	msgs := make([]broker.Message, n)
-	for i := range msgs {
-		msgs[i] = broker.Message{ID: uuid.New(), Subject: subject, Key: fmt.Sprintf("k-%d", i%64), Payload: payload}
-	}
-	return msgs
-}
-
-// relayDrain fills a fresh outbox with n events (untimed) and returns the
-// relay's msgs/s from its start until every row is marked published.
+// relayDrain returns the relay's msgs/s draining n events from a fresh
+// outbox into a fresh queue.
 func relayDrain(b *testing.B, client *sqs.Client, n int) float64 {
 	b.Helper()
 	b.StopTimer()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	db := oncekittest.NewDB(b)
 	queue := fauxqs.NewQueue(b, client, false, nil)
-	ob, err := outbox.New(&outbox.Config{Schema: db.Schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	msgs := benchEvents("bench", n)
-	for i := 0; i < n; i += 1000 {
-		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			_, err := ob.Enqueue(ctx, tx, msgs[i:min(i+1000, n)]...)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := db.Pool.Exec(ctx, `ANALYZE`); err != nil {
-		b.Fatal(err)
-	}
 	pub, err := sqsbroker.NewPublisher(client, sqsbroker.PublisherConfig{QueueURL: func(string) string { return queue }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	relay, err := outbox.NewRelay(db.Pool, ob, pub, &outbox.RelayConfig{Logger: benchLogger, Retention: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	b.StartTimer()
-	start := time.Now()
-	go func() { done <- relay.Run(ctx) }()
-	for {
-		left, err := ob.Backlog(ctx, db.Pool)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if left.Pending == 0 {
-			break
-		}
-		time.Sleep(2 * time.Millisecond) // polling the backlog, inside the measurement
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	return float64(n) / elapsed.Seconds()
+	return brokerbench.RelayDrain(b, db.Pool, db.Schema, pub, brokerbench.Events("bench", n))
 }
 
 // sendAll sends msgs to queue with the bare SDK, 10 entries a call from
@@ -205,7 +137,7 @@ func sendAll(ctx context.Context, client *sqs.Client, queue string, msgs []broke
 func peerSend(b *testing.B, client *sqs.Client, n int) float64 {
 	b.Helper()
 	queue := fauxqs.NewQueue(b, client, false, nil)
-	msgs := benchEvents("bench", n)
+	msgs := brokerbench.Events("bench", n)
 	start := time.Now()
 	if err := sendAll(context.Background(), client, queue, msgs); err != nil {
 		b.Fatal(err)
@@ -218,7 +150,7 @@ func peerSend(b *testing.B, client *sqs.Client, n int) float64 {
 type consumeWorld struct {
 	db      *oncekittest.DB
 	queue   string
-	effects string
+	effects *brokerbench.Effects
 }
 
 // newConsumeWorld fills a fresh queue with n events as sqsbroker sends
@@ -227,15 +159,12 @@ func newConsumeWorld(b *testing.B, client *sqs.Client, n int) *consumeWorld {
 	b.Helper()
 	ctx := context.Background()
 	w := &consumeWorld{db: oncekittest.NewDB(b), queue: fauxqs.NewQueue(b, client, false, nil)}
-	w.effects = pgx.Identifier{w.db.Schema, "effects"}.Sanitize()
-	if _, err := w.db.Pool.Exec(ctx, `CREATE TABLE `+w.effects+` (event_id uuid PRIMARY KEY, body bytea NOT NULL)`); err != nil {
-		b.Fatal(err)
-	}
+	w.effects = brokerbench.NewEffects(b, w.db.Pool, w.db.Schema)
 	pub, err := sqsbroker.NewPublisher(client, sqsbroker.PublisherConfig{QueueURL: func(string) string { return w.queue }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	msgs := benchEvents("bench", n)
+	msgs := brokerbench.Events("bench", n)
 	for i := 0; i < n; i += 1000 {
 		for _, r := range pub.Publish(ctx, msgs[i:min(i+1000, n)]) {
 			if r.Err != nil {
@@ -259,10 +188,7 @@ func inboxConsume(b *testing.B, client *sqs.Client, n int) float64 {
 		b.Fatal(err)
 	}
 	defer src.Close()
-	c, err := inbox.NewConsumer(w.db.Pool, src, inbox.HandlerFunc(func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		_, err := tx.Exec(ctx, `INSERT INTO `+w.effects+` (event_id, body) VALUES ($1, $2)`, msg.ID, msg.Payload)
-		return err
-	}), &inbox.Config{Name: "bench", Schema: w.db.Schema, BatchSize: 200, Logger: quiet})
+	c, err := inbox.NewConsumer(w.db.Pool, src, w.effects.Handler(), &inbox.Config{Name: "bench", Schema: w.db.Schema, BatchSize: 200, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -270,7 +196,7 @@ func inboxConsume(b *testing.B, client *sqs.Client, n int) float64 {
 	b.StartTimer()
 	start := time.Now()
 	go func() { done <- c.Run(ctx) }()
-	w.waitApplied(b, n)
+	w.effects.WaitFor(b, n)
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cancel()
@@ -308,8 +234,7 @@ func peerReceive(b *testing.B, client *sqs.Client, n int) float64 {
 				var del []types.DeleteMessageBatchRequestEntry
 				for i, m := range out.Messages {
 					id := aws.ToString(m.MessageAttributes[sqsbroker.AttrEventID].StringValue)
-					_, err := w.db.Pool.Exec(ctx, `INSERT INTO `+w.effects+` (event_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING`, id, []byte(aws.ToString(m.Body)))
-					if err != nil {
+					if err := w.effects.Apply(ctx, id, []byte(aws.ToString(m.Body))); err != nil {
 						continue // visible again after the timeout
 					}
 					del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
@@ -320,25 +245,8 @@ func peerReceive(b *testing.B, client *sqs.Client, n int) float64 {
 			}
 		}()
 	}
-	w.waitApplied(b, n)
+	w.effects.WaitFor(b, n)
 	rate := float64(n) / time.Since(start).Seconds()
 	b.ReportMetric(float64(failed.Load()), "sdk-receive-errors")
 	return rate
-}
-
-// waitApplied returns once w's effects table holds n rows.
-func (w *consumeWorld) waitApplied(b *testing.B, n int) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for {
-		var got int
-		if err := w.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+w.effects).Scan(&got); err != nil {
-			b.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		time.Sleep(5 * time.Millisecond) // polling the table, part of the measurement
-	}
 }
