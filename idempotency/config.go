@@ -188,23 +188,13 @@ type Route struct {
 	// malformed is Binding. Defaults to nil: every stored rejection is
 	// Binding.
 	Rejections map[string]Rejection
-	// Reconcile, when set, decides what became of a request whose outcome
-	// the edge cannot prove: a claim whose owner died (its lease ran out),
-	// or a record the handler left unknown (Unknown). The next request with
-	// the same key and body takes the claim over, as one request, and calls
-	// Reconcile instead of the handler; its Verdict settles the record (see
-	// Verdict). Without Reconcile, a dead owner's claim is recovered by
-	// running the handler again, and an unknown record waits for an
-	// operator (Edge.Resolve). Separate mode only.
-	Reconcile func(w http.ResponseWriter, r *http.Request, u InDoubt) Verdict
-	// StatusPath is where the route's status resource
-	// (Edge.StatusHandler(Operation)) is mounted, with "{digest}" standing
-	// for the key's digest (StoredKey), never the key itself, for instance
-	// "/idempotency/create-payment/{digest}": an unknown answer links to it.
-	// A path with "{key}" is refused: it would put the raw key in every
-	// access log, gateway log and trace the link passes through. Defaults
-	// to "": no link.
-	StatusPath string
+	// UnknownOutcomes, when set, settles the requests whose outcome the
+	// edge cannot prove (UnknownOutcomes.Reconcile) and links an unknown
+	// answer to the route's status resource (UnknownOutcomes.StatusPath).
+	// Defaults to nil: a dead owner's claim is recovered by running the
+	// handler again, an unknown record waits for an operator
+	// (Edge.Resolve), and an unknown answer links to no status resource.
+	UnknownOutcomes *UnknownOutcomes
 	// ResponseVersions, when set, versions the shape of the route's
 	// responses across deploys (see ResponseVersions). Defaults to nil:
 	// every response is stored as version 0 and replayed as it was stored.
@@ -260,6 +250,29 @@ type BusinessKey struct {
 	Conflict bool
 }
 
+// UnknownOutcomes is what a route does with the requests whose outcome the
+// edge cannot prove: a record its handler left unknown (Unknown), answered
+// 409 IDEMPOTENCY_OUTCOME_UNKNOWN until it is settled, and a Separate-mode
+// claim whose owner died (its lease ran out).
+type UnknownOutcomes struct {
+	// Reconcile, when set, decides what became of a request in doubt: a
+	// claim whose owner died, or a record the handler left unknown. The
+	// next request with the same key and body takes the claim over, as one
+	// request, and calls Reconcile instead of the handler; its Verdict
+	// settles the record (see Verdict). Separate mode only. Defaults to
+	// nil: a dead owner's claim is recovered by running the handler again,
+	// and an unknown record waits for an operator (Edge.Resolve).
+	Reconcile func(w http.ResponseWriter, r *http.Request, u InDoubt) Verdict
+	// StatusPath is where the route's status resource
+	// (Edge.StatusHandler(Operation)) is mounted, with "{digest}" standing
+	// for the key's digest (StoredKey), never the key itself, for instance
+	// "/idempotency/create-payment/{digest}": an unknown answer links to it.
+	// A path with "{key}" is refused: it would put the raw key in every
+	// access log, gateway log and trace the link passes through. Defaults
+	// to "": no link.
+	StatusPath string
+}
+
 // ResponseVersions versions the shape of a route's responses: each stored
 // response carries the version it was stored under, and a replay of an
 // older one goes through Upgrade.
@@ -306,8 +319,9 @@ func DefaultStore(status int) bool {
 	return true
 }
 
-// withDefaults returns a copy of r (the zero Route if nil) with defaults set
-// and ReplayHeaders in canonical form.
+// withDefaults returns a copy of r (the zero Route if nil) with defaults set,
+// UnknownOutcomes never nil (a copy of the caller's) and ReplayHeaders in
+// canonical form.
 func (r *Route) withDefaults() Route {
 	rc := cfgerr.CopyOf(r)
 	if rc.SharedScope && rc.Tenant == nil {
@@ -315,6 +329,8 @@ func (r *Route) withDefaults() Route {
 	}
 	rc.TTL = cmp.Or(rc.TTL, 24*time.Hour)
 	rc.KeyTTL = cmp.Or(rc.KeyTTL, 7*rc.TTL)
+	unknown := cfgerr.CopyOf(rc.UnknownOutcomes)
+	rc.UnknownOutcomes = &unknown
 	if rc.BusinessKey != nil {
 		bk := *rc.BusinessKey
 		bk.TTL = cmp.Or(bk.TTL, max(30*24*time.Hour, rc.KeyTTL))
@@ -367,14 +383,15 @@ func (r *Route) validate() error {
 			return bad("BusinessKey.TTL", "%v is below KeyTTL (%v)", bk.TTL, r.KeyTTL)
 		}
 	}
-	if r.Reconcile != nil && r.Mode != Separate {
-		return bad("Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")
-	}
-	if strings.Contains(r.StatusPath, "{key}") {
-		return bad("StatusPath", "%q holds {key}: a raw key in a URL lands in access and gateway logs; address the record by its digest with {digest}", r.StatusPath)
-	}
-	if r.StatusPath != "" && strings.Count(r.StatusPath, "{digest}") != 1 {
-		return bad("StatusPath", "%q must hold {digest} once", r.StatusPath)
+	if u := r.UnknownOutcomes; u != nil {
+		switch {
+		case u.Reconcile != nil && r.Mode != Separate:
+			return bad("UnknownOutcomes.Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")
+		case strings.Contains(u.StatusPath, "{key}"):
+			return bad("UnknownOutcomes.StatusPath", "%q holds {key}: a raw key in a URL lands in access and gateway logs; address the record by its digest with {digest}", u.StatusPath)
+		case u.StatusPath != "" && strings.Count(u.StatusPath, "{digest}") != 1:
+			return bad("UnknownOutcomes.StatusPath", "%q must hold {digest} once", u.StatusPath)
+		}
 	}
 	if err := validateRejections(r.Rejections); err != nil {
 		return bad("Rejections", "%w", err)

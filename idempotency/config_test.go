@@ -49,6 +49,8 @@ func TestRouteValidate(t *testing.T) {
 		{"Wait", Route{Operation: "op", SharedScope: true, Wait: -1}, "-1ns is negative"},
 		{"RetryAfter", Route{Operation: "op", SharedScope: true, RetryAfter: -1}, "-1ns is negative"},
 		{"Lease", Route{Operation: "op", SharedScope: true, Lease: time.Millisecond}, "1ms is below 3ms"},
+		{"UnknownOutcomes.Reconcile", Route{Operation: "op", SharedScope: true, Mode: SameTx, UnknownOutcomes: &UnknownOutcomes{Reconcile: func(http.ResponseWriter, *http.Request, InDoubt) Verdict { return Settled }}}, "Separate mode only: a SameTx request's outcome commits with its response"},
+		{"UnknownOutcomes.StatusPath", Route{Operation: "op", SharedScope: true, UnknownOutcomes: &UnknownOutcomes{StatusPath: "/status"}}, `"/status" must hold {digest} once`},
 		{"ResponseVersions.Current", Route{Operation: "op", SharedScope: true, ResponseVersions: &ResponseVersions{Current: -1}}, "-1 is negative"},
 		{"BusinessKey.Of", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Conflict: true}}, "required"},
 		{"BusinessKey.TTL", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Of: func(*http.Request, []byte) (string, error) { return "", nil }, TTL: time.Minute}}, "1m0s is below KeyTTL (168h0m0s)"},

@@ -43,7 +43,7 @@ WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
 // Route, the first one for it) for operation, for a client that lost an
 // answer and would rather ask than retry: a GET addressed by the key's
 // digest (StoredKey) as the path value "digest" (mount it at
-// "GET "+Route.StatusPath, "GET /idempotency/create-payment/{digest}"
+// "GET "+Route.UnknownOutcomes.StatusPath, "GET /idempotency/create-payment/{digest}"
 // say), or by the key itself in the Idempotency-Key header, answers the
 // record in the caller's scope (the route's Tenant, or its SharedScope,
 // as its requests compute it) as a JSON Status; 404 CodeKeyNotFound when

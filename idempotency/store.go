@@ -28,7 +28,7 @@ type State string
 // one (a 5xx, 429, 401 or 403, a panic), keeping its fingerprint so that
 // the same body may run again and another is refused; or unknown, when the
 // handler could not prove what its request did (Unknown) and a
-// reconciliation (Route.Reconcile) or an operator (Edge.Resolve) must
+// reconciliation (Route.UnknownOutcomes.Reconcile) or an operator (Edge.Resolve) must
 // settle it.
 const (
 	StateInProgress State = "in_progress"
