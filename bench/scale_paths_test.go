@@ -183,7 +183,7 @@ func scaleDispatch(b *testing.B, db *testenv.DB, n int) figure {
 func scaleEdge(replay bool) func(b *testing.B, db *testenv.DB, n int) figure {
 	return func(b *testing.B, db *testenv.DB, n int) figure {
 		const conc = 4
-		env := newEdgeEnvOn(b, db, conc, 2*time.Second)
+		env := newEdgeEnvOn(b, db, conc, &idempotency.Waiting{For: 2 * time.Second})
 		defer env.close()
 		prefix := uuid.NewString()
 		key := func(j int) string { return prefix + "-" + strconv.Itoa(j) }

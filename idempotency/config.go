@@ -152,16 +152,16 @@ type Route struct {
 	// MaxBodyBytes bounds the request body the middleware reads to fingerprint
 	// it; a larger body answers 413 and creates no record. Defaults to 1 MiB.
 	MaxBodyBytes int64
-	// Wait, when positive, makes a request that finds its key in progress wait
-	// up to Wait for the first request to finish and then replay its response,
-	// instead of answering 409 at once. Defaults to 0 (answer 409).
-	Wait time.Duration
-	// MaxWaiters bounds the requests of this process that wait (Wait) on one
-	// in-progress key at once; the others answer 409 with Retry-After at
-	// once. A waiting request holds no connection. Defaults to 4.
-	MaxWaiters int
-	// RetryAfter is the Retry-After sent with a 409 in-progress answer.
-	// Defaults to one second.
+	// Waiting, when set, makes a request that finds its key in progress
+	// wait for the first request to finish and then replay its response
+	// (see Waiting). Defaults to nil: such a request answers 409
+	// IDEMPOTENCY_REQUEST_IN_PROGRESS at once, with RetryAfter.
+	Waiting *Waiting
+	// RetryAfter is the Retry-After sent with every answer that asks the
+	// client to retry later under the same key: 409 in progress (when not
+	// waiting, or after Waiting.For) and outcome unknown, 503 when the
+	// store cannot be reached or the home region is unknown, and 502 when
+	// the home region cannot be reached (Homing). Defaults to one second.
 	RetryAfter time.Duration
 	// Lease is how long a Separate-mode claim stays owned without renewal;
 	// the owner renews it every Lease/3 while its handler runs, so only a dead
@@ -248,6 +248,29 @@ type BusinessKey struct {
 	// operation's, instead of replaying that operation's response.
 	// Defaults to false.
 	Conflict bool
+}
+
+// Waiting makes a request that finds its key in progress (another request
+// with the same key runs) wait for the first one to finish, holding no
+// connection, and then replay its response; a request still waiting after
+// For answers 409 IDEMPOTENCY_REQUEST_IN_PROGRESS with the route's
+// Retry-After.
+type Waiting struct {
+	// For is the longest a request waits. Required: a positive duration.
+	For time.Duration
+	// MaxWaiters bounds the requests of this process that wait on one
+	// in-progress key at once; the others answer 409 with Retry-After at
+	// once. Defaults to 4.
+	MaxWaiters int
+}
+
+// waitFor is how long a request that finds its key in progress waits, 0
+// for not at all.
+func (r *Route) waitFor() time.Duration {
+	if r.Waiting == nil {
+		return 0
+	}
+	return r.Waiting.For
 }
 
 // UnknownOutcomes is what a route does with the requests whose outcome the
@@ -338,7 +361,11 @@ func (r *Route) withDefaults() Route {
 	}
 	rc.MaxBodyBytes = cmp.Or(rc.MaxBodyBytes, 1<<20)
 	rc.RetryAfter = cmp.Or(rc.RetryAfter, time.Second)
-	rc.MaxWaiters = cmp.Or(rc.MaxWaiters, 4)
+	if rc.Waiting != nil {
+		waiting := *rc.Waiting
+		waiting.MaxWaiters = cmp.Or(waiting.MaxWaiters, 4)
+		rc.Waiting = &waiting
+	}
 	rc.Lease = cmp.Or(rc.Lease, 30*time.Second)
 	if rc.ReplayHeaders == nil {
 		rc.ReplayHeaders = DefaultReplayHeaders
@@ -366,8 +393,16 @@ func (r *Route) validate() error {
 	case r.Tenant == nil:
 		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "RetryAfter", "NewKeysPerMinute"); err != nil {
 		return err
+	}
+	if w := r.Waiting; w != nil {
+		if err := cfgerr.For(ErrInvalidConfig, "idempotency: Route.Waiting").IfNegative(w, "For", "MaxWaiters"); err != nil {
+			return err
+		}
+		if w.For == 0 {
+			return bad("Waiting.For", "required: how long a request waits for its key's first request")
+		}
 	}
 	if r.responseVersion() < 0 {
 		return bad("ResponseVersions.Current", "%d is negative", r.responseVersion())

@@ -46,7 +46,9 @@ func TestRouteValidate(t *testing.T) {
 		{"TTL", Route{Operation: "op", SharedScope: true, TTL: -1}, "-1ns is negative"},
 		{"KeyTTL", Route{Operation: "op", SharedScope: true, TTL: time.Hour, KeyTTL: time.Minute}, "1m0s is below TTL (1h0m0s)"},
 		{"MaxBodyBytes", Route{Operation: "op", SharedScope: true, MaxBodyBytes: -1}, "-1 is negative"},
-		{"Wait", Route{Operation: "op", SharedScope: true, Wait: -1}, "-1ns is negative"},
+		{"Waiting.For", Route{Operation: "op", SharedScope: true, Waiting: &Waiting{For: -1}}, "-1ns is negative"},
+		{"Waiting.For", Route{Operation: "op", SharedScope: true, Waiting: &Waiting{MaxWaiters: 8}}, "required: how long a request waits for its key's first request"},
+		{"Waiting.MaxWaiters", Route{Operation: "op", SharedScope: true, Waiting: &Waiting{For: time.Second, MaxWaiters: -1}}, "-1 is negative"},
 		{"RetryAfter", Route{Operation: "op", SharedScope: true, RetryAfter: -1}, "-1ns is negative"},
 		{"Lease", Route{Operation: "op", SharedScope: true, Lease: time.Millisecond}, "1ms is below 3ms"},
 		{"UnknownOutcomes.Reconcile", Route{Operation: "op", SharedScope: true, Mode: SameTx, UnknownOutcomes: &UnknownOutcomes{Reconcile: func(http.ResponseWriter, *http.Request, InDoubt) Verdict { return Settled }}}, "Separate mode only: a SameTx request's outcome commits with its response"},
@@ -61,6 +63,16 @@ func TestRouteValidate(t *testing.T) {
 		_, err := (&Edge{}).Route(&tc.r)
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
+}
+
+// A route's defaults fill its own copy of an opt-in struct, never the
+// caller's, which may configure other routes.
+func TestRouteDefaultsLeaveTheCallersStructs(t *testing.T) {
+	t.Parallel()
+	waiting := &Waiting{For: time.Second}
+	rc := (&Route{Operation: "op", SharedScope: true, Waiting: waiting}).withDefaults()
+	require.Equal(t, 4, rc.Waiting.MaxWaiters)
+	require.Equal(t, Waiting{For: time.Second}, *waiting)
 }
 
 // New's arguments are checked as its Config is: a nil db wraps

@@ -29,7 +29,7 @@ const maxClaimAttempts = 3
 // then store the response fenced by the claim's token.
 func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
 	ctx := r.Context()
-	deadline, waiting := time.Now().Add(rt.cfg.Wait), false
+	deadline, waiting := time.Now().Add(rt.cfg.waitFor()), false
 	defer func() {
 		if waiting {
 			rt.stopWaiting(id)
@@ -68,8 +68,8 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 			rt.inProgress(w)
 			return
 		}
-		if rec.state == StateInProgress && !waiting && rt.cfg.Wait > 0 {
-			waiting = rt.startWaiting(id) // false: the key's MaxWaiters places are taken
+		if rec.state == StateInProgress && !waiting && rt.cfg.waitFor() > 0 {
+			waiting = rt.startWaiting(id) // false: the key's Waiting.MaxWaiters places are taken
 		}
 		synced, found, err := rt.e.replicated(ctx, id, &rec)
 		if err != nil {
