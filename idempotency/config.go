@@ -141,14 +141,10 @@ type Route struct {
 	// times) is kept, from its completion: after TTL, and until KeyTTL, a
 	// retry under the key is refused with 422 IDEMPOTENCY_KEY_EXPIRED (the
 	// operation ran; its response is no longer kept), or runs as new with
-	// RunExpiredRetries; another body under it is still refused as reused.
-	// The response itself is emptied at TTL. Defaults to 7×TTL; at least
-	// TTL.
+	// Responses.RunExpiredRetries; another body under it is still refused
+	// as reused. The response itself is emptied at TTL. Defaults to
+	// 7×TTL; at least TTL.
 	KeyTTL time.Duration
-	// RunExpiredRetries runs a retry whose response expired (after TTL,
-	// before KeyTTL) as a new request instead of refusing it. Defaults to
-	// false.
-	RunExpiredRetries bool
 	// MaxBodyBytes bounds the request body the middleware reads to fingerprint
 	// it; a larger body answers 413 and creates no record. Defaults to 1 MiB.
 	MaxBodyBytes int64
@@ -167,27 +163,12 @@ type Route struct {
 	// the owner renews it every Lease/3 while its handler runs, so only a dead
 	// owner's claim expires. Defaults to 30 seconds.
 	Lease time.Duration
-	// ReplayHeaders lists the response headers stored and replayed. Defaults
-	// to DefaultReplayHeaders.
-	ReplayHeaders []string
-	// NoStoreBody stores status and headers but not the body, for responses
-	// too sensitive to keep; a replay then has an empty body. Defaults to false.
-	NoStoreBody bool
-	// Store decides from the handler's status whether the response is stored
-	// (and replayed) or the key released so a retry executes. Defaults to
-	// DefaultStore.
-	Store func(status int) bool
-	// Rejections says, per problem code, whether a rejection the route
-	// stores (an answer of 400 or more that Store accepts, whose JSON body
-	// names the code in its "code" member, or "errorCode") is Binding,
-	// stored and replayed to every retry under the key, or Released: not
-	// stored, so that a retry with the same key and request runs again
-	// once the state the rejection depended on changed, as a rejection
-	// for insufficient funds may. Codes are 1 to MaxProblemCodeLen bytes
-	// of letters, digits and "_-.:"; an answer whose code is missing or
-	// malformed is Binding. Defaults to nil: every stored rejection is
-	// Binding.
-	Rejections map[string]Rejection
+	// Responses, when set, says which of the handler's responses are
+	// stored and replayed, what of them is kept, and what a retry gets
+	// once its response expired (see Responses). Defaults to nil: every
+	// response DefaultStore accepts is stored, rejections included, with
+	// its body and DefaultReplayHeaders, and a retry after TTL is refused.
+	Responses *Responses
 	// UnknownOutcomes, when set, settles the requests whose outcome the
 	// edge cannot prove (UnknownOutcomes.Reconcile) and links an unknown
 	// answer to the route's status resource (UnknownOutcomes.StatusPath).
@@ -248,6 +229,39 @@ type BusinessKey struct {
 	// operation's, instead of replaying that operation's response.
 	// Defaults to false.
 	Conflict bool
+}
+
+// Responses says which of a route's responses are stored and replayed to
+// the retries under their key, and what of them: a response that is not
+// stored releases the key (kept with the request's fingerprint), so that a
+// retry with the same key and request runs again.
+type Responses struct {
+	// Store decides from the handler's status whether the response is
+	// stored (and replayed) or the key released so a retry executes.
+	// Defaults to DefaultStore.
+	Store func(status int) bool
+	// Rejections says, per problem code, whether a rejection the route
+	// stores (an answer of 400 or more that Store accepts, whose JSON body
+	// names the code in its "code" member, or "errorCode") is Binding,
+	// stored and replayed to every retry under the key, or Released: not
+	// stored, so that a retry with the same key and request runs again
+	// once the state the rejection depended on changed, as a rejection
+	// for insufficient funds may. Codes are 1 to MaxProblemCodeLen bytes
+	// of letters, digits and "_-.:"; an answer whose code is missing or
+	// malformed is Binding. Defaults to nil: every stored rejection is
+	// Binding.
+	Rejections map[string]Rejection
+	// ReplayHeaders lists the response headers stored and replayed.
+	// Defaults to DefaultReplayHeaders.
+	ReplayHeaders []string
+	// NoStoreBody stores status and headers but not the body, for
+	// responses too sensitive to keep; a replay then has an empty body.
+	// Defaults to false.
+	NoStoreBody bool
+	// RunExpiredRetries runs a retry whose response expired (after the
+	// route's TTL, before its KeyTTL) as a new request instead of refusing
+	// it with 422 IDEMPOTENCY_KEY_EXPIRED. Defaults to false.
+	RunExpiredRetries bool
 }
 
 // Waiting makes a request that finds its key in progress (another request
@@ -343,8 +357,8 @@ func DefaultStore(status int) bool {
 }
 
 // withDefaults returns a copy of r (the zero Route if nil) with defaults set,
-// UnknownOutcomes never nil (a copy of the caller's) and ReplayHeaders in
-// canonical form.
+// Responses and UnknownOutcomes never nil (copies of the caller's), and
+// Responses.ReplayHeaders in canonical form.
 func (r *Route) withDefaults() Route {
 	rc := cfgerr.CopyOf(r)
 	if rc.SharedScope && rc.Tenant == nil {
@@ -367,17 +381,19 @@ func (r *Route) withDefaults() Route {
 		rc.Waiting = &waiting
 	}
 	rc.Lease = cmp.Or(rc.Lease, 30*time.Second)
-	if rc.ReplayHeaders == nil {
-		rc.ReplayHeaders = DefaultReplayHeaders
+	responses := cfgerr.CopyOf(rc.Responses)
+	if responses.ReplayHeaders == nil {
+		responses.ReplayHeaders = DefaultReplayHeaders
 	}
-	if rc.Store == nil {
-		rc.Store = DefaultStore
+	if responses.Store == nil {
+		responses.Store = DefaultStore
 	}
-	canon := make([]string, len(rc.ReplayHeaders))
-	for i, h := range rc.ReplayHeaders {
+	canon := make([]string, len(responses.ReplayHeaders))
+	for i, h := range responses.ReplayHeaders {
 		canon[i] = http.CanonicalHeaderKey(h)
 	}
-	rc.ReplayHeaders = canon
+	responses.ReplayHeaders = canon
+	rc.Responses = &responses
 	return rc
 }
 
@@ -428,8 +444,10 @@ func (r *Route) validate() error {
 			return bad("UnknownOutcomes.StatusPath", "%q must hold {digest} once", u.StatusPath)
 		}
 	}
-	if err := validateRejections(r.Rejections); err != nil {
-		return bad("Rejections", "%w", err)
+	if r.Responses != nil {
+		if err := validateRejections(r.Responses.Rejections); err != nil {
+			return bad("Responses.Rejections", "%w", err)
+		}
 	}
 	if r.Homing != nil {
 		if err := r.Homing.validate(); err != nil {

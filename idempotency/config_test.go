@@ -53,6 +53,7 @@ func TestRouteValidate(t *testing.T) {
 		{"Lease", Route{Operation: "op", SharedScope: true, Lease: time.Millisecond}, "1ms is below 3ms"},
 		{"UnknownOutcomes.Reconcile", Route{Operation: "op", SharedScope: true, Mode: SameTx, UnknownOutcomes: &UnknownOutcomes{Reconcile: func(http.ResponseWriter, *http.Request, InDoubt) Verdict { return Settled }}}, "Separate mode only: a SameTx request's outcome commits with its response"},
 		{"UnknownOutcomes.StatusPath", Route{Operation: "op", SharedScope: true, UnknownOutcomes: &UnknownOutcomes{StatusPath: "/status"}}, `"/status" must hold {digest} once`},
+		{"Responses.Rejections", Route{Operation: "op", SharedScope: true, Responses: &Responses{Rejections: map[string]Rejection{"": Released}}}, ""},
 		{"ResponseVersions.Current", Route{Operation: "op", SharedScope: true, ResponseVersions: &ResponseVersions{Current: -1}}, "-1 is negative"},
 		{"BusinessKey.Of", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Conflict: true}}, "required"},
 		{"BusinessKey.TTL", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Of: func(*http.Request, []byte) (string, error) { return "", nil }, TTL: time.Minute}}, "1m0s is below KeyTTL (168h0m0s)"},
@@ -70,9 +71,14 @@ func TestRouteValidate(t *testing.T) {
 func TestRouteDefaultsLeaveTheCallersStructs(t *testing.T) {
 	t.Parallel()
 	waiting := &Waiting{For: time.Second}
-	rc := (&Route{Operation: "op", SharedScope: true, Waiting: waiting}).withDefaults()
+	responses := &Responses{ReplayHeaders: []string{"x-request-id"}}
+	rc := (&Route{Operation: "op", SharedScope: true, Waiting: waiting, Responses: responses}).withDefaults()
 	require.Equal(t, 4, rc.Waiting.MaxWaiters)
 	require.Equal(t, Waiting{For: time.Second}, *waiting)
+	require.Equal(t, []string{"X-Request-Id"}, rc.Responses.ReplayHeaders)
+	require.NotNil(t, rc.Responses.Store)
+	require.Equal(t, []string{"x-request-id"}, responses.ReplayHeaders)
+	require.Nil(t, responses.Store)
 }
 
 // New's arguments are checked as its Config is: a nil db wraps

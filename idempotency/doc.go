@@ -51,5 +51,5 @@
 // (24 h by default); Edge.Run calls Edge.Prune every Config.RetentionInterval,
 // which deletes expired completed records in batches of Config.RetentionBatch
 // and never touches in-progress ones. A Sealer encrypts stored bodies;
-// Route.NoStoreBody keeps no body at all. Keys appear in logs only as hashes.
+// Route.Responses.NoStoreBody keeps no body at all. Keys appear in logs only as hashes.
 package idempotency

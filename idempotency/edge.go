@@ -393,10 +393,10 @@ func (rt *route) pollInterval() time.Duration {
 // JSON and the body, sealed when a Sealer is configured, nil when the route
 // does not store bodies.
 func (rt *route) encode(id recordID, rw *recorder) (headers, body []byte, sealed bool, err error) {
-	if headers, err = rw.replayHeaders(rt.cfg.ReplayHeaders); err != nil {
+	if headers, err = rw.replayHeaders(rt.cfg.Responses.ReplayHeaders); err != nil {
 		return nil, nil, false, err
 	}
-	if rt.cfg.NoStoreBody {
+	if rt.cfg.Responses.NoStoreBody {
 		return headers, []byte{}, false, nil
 	}
 	body = rw.body.Bytes()

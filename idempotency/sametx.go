@@ -176,7 +176,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(lockTimeout)
-	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, id.operationID()).QueryRow(func(row pgx.Row) error {
+	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.KeyTTL), rt.cfg.Responses.RunExpiredRetries, id.operationID()).QueryRow(func(row pgx.Row) error {
 		var status *int32
 		var headers []byte
 		var age float64

@@ -38,7 +38,7 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 	for attempt := 0; ; attempt++ {
 		var c separateClaim
 		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
-			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, rt.cfg.UnknownOutcomes.Reconcile != nil, id.operationID()).
+			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.Responses.RunExpiredRetries, rt.cfg.UnknownOutcomes.Reconcile != nil, id.operationID()).
 			Scan(&c.token, &c.recoveries, &c.reason, &c.wasUnknown)
 		if err == nil || errors.Is(err, pgx.ErrNoRows) {
 			rt.e.watch.OK("store")

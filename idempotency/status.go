@@ -21,11 +21,12 @@ type Status struct {
 	// StatusCode is the stored response's, once completed.
 	StatusCode int `json:"status_code,omitempty"`
 	// Location is the stored response's Location header, when it had one
-	// (and Route.ReplayHeaders kept it): where the operation's resource is.
+	// (and Route.Responses.ReplayHeaders kept it): where the operation's
+	// resource is.
 	Location string `json:"location,omitempty"`
 	// Code is the problem code of the answer (a rejection's, stored or
-	// released; see Route.Rejections), kept with the record after its body
-	// expired and on a route that stores no body; "" for none.
+	// released; see Route.Responses.Rejections), kept with the record after
+	// its body expired and on a route that stores no body; "" for none.
 	Code string `json:"code,omitempty"`
 	// OperationID is the ID of the operation the key started (Info.ID),
 	// "" for a record claimed before it was kept.
