@@ -108,7 +108,11 @@ func (m Mode) String() string {
 	return "separate"
 }
 
-// Route configures the middleware for one route (one operation).
+// Route configures the middleware for one route (one operation). Its flat
+// fields are what every route has, and two options of one setting each
+// (Command, NewKeysPerMinute); every other opt-in feature is one pointer to
+// a struct of its own (Waiting, Responses, UnknownOutcomes,
+// ResponseVersions, BusinessKey, Homing), nil for the feature's default.
 type Route struct {
 	// Operation names what the route does, e.g. "create-payment". It scopes
 	// keys (a key never matches across operations), enters the fingerprint and
@@ -148,21 +152,35 @@ type Route struct {
 	// MaxBodyBytes bounds the request body the middleware reads to fingerprint
 	// it; a larger body answers 413 and creates no record. Defaults to 1 MiB.
 	MaxBodyBytes int64
-	// Waiting, when set, makes a request that finds its key in progress
-	// wait for the first request to finish and then replay its response
-	// (see Waiting). Defaults to nil: such a request answers 409
-	// IDEMPOTENCY_REQUEST_IN_PROGRESS at once, with RetryAfter.
-	Waiting *Waiting
+	// Lease is how long a Separate-mode claim stays owned without renewal;
+	// the owner renews it every Lease/3 while its handler runs, so only a dead
+	// owner's claim expires. Defaults to 30 seconds.
+	Lease time.Duration
 	// RetryAfter is the Retry-After sent with every answer that asks the
 	// client to retry later under the same key: 409 in progress (when not
 	// waiting, or after Waiting.For) and outcome unknown, 503 when the
 	// store cannot be reached or the home region is unknown, and 502 when
 	// the home region cannot be reached (Homing). Defaults to one second.
 	RetryAfter time.Duration
-	// Lease is how long a Separate-mode claim stays owned without renewal;
-	// the owner renews it every Lease/3 while its handler runs, so only a dead
-	// owner's claim expires. Defaults to 30 seconds.
-	Lease time.Duration
+	// Command, when set, returns the request's validated command (defaults
+	// applied, unknown fields dropped, the API version included), which is
+	// fingerprinted instead of the raw body, so that two spellings of one
+	// command are one request and a deploy that changes defaults does not
+	// turn honest retries into mismatches. JSON is fingerprinted in its
+	// canonical form. An error answers 400 REQUEST_BODY_INVALID with the
+	// error's text and creates no record. Defaults to nil: the raw body.
+	Command func(r *http.Request, body []byte) ([]byte, error)
+	// NewKeysPerMinute bounds the new keys one scope (Tenant) may create per
+	// minute in this process, in bursts of as many: a request whose key
+	// would be one too many answers 429 IDEMPOTENCY_KEY_RATE_LIMITED with
+	// Retry-After, runs nothing and stores nothing. Retries of known keys
+	// are never limited. Defaults to 0: no limit.
+	NewKeysPerMinute int
+	// Waiting, when set, makes a request that finds its key in progress
+	// wait for the first request to finish and then replay its response
+	// (see Waiting). Defaults to nil: such a request answers 409
+	// IDEMPOTENCY_REQUEST_IN_PROGRESS at once, with RetryAfter.
+	Waiting *Waiting
 	// Responses, when set, says which of the handler's responses are
 	// stored and replayed, what of them is kept, and what a retry gets
 	// once its response expired (see Responses). Defaults to nil: every
@@ -180,24 +198,10 @@ type Route struct {
 	// responses across deploys (see ResponseVersions). Defaults to nil:
 	// every response is stored as version 0 and replayed as it was stored.
 	ResponseVersions *ResponseVersions
-	// Command, when set, returns the request's validated command (defaults
-	// applied, unknown fields dropped, the API version included), which is
-	// fingerprinted instead of the raw body, so that two spellings of one
-	// command are one request and a deploy that changes defaults does not
-	// turn honest retries into mismatches. JSON is fingerprinted in its
-	// canonical form. An error answers 400 REQUEST_BODY_INVALID with the
-	// error's text and creates no record. Defaults to nil: the raw body.
-	Command func(r *http.Request, body []byte) ([]byte, error)
 	// BusinessKey, when set, guards the operation by the client's own
 	// identity of it as well as by its Idempotency-Key (see BusinessKey).
 	// Defaults to nil.
 	BusinessKey *BusinessKey
-	// NewKeysPerMinute bounds the new keys one scope (Tenant) may create per
-	// minute in this process, in bursts of as many: a request whose key
-	// would be one too many answers 429 IDEMPOTENCY_KEY_RATE_LIMITED with
-	// Retry-After, runs nothing and stores nothing. Retries of known keys
-	// are never limited. Defaults to 0: no limit.
-	NewKeysPerMinute int
 	// Homing, when set, gives each scope a home region where its keys are
 	// claimed: a request that reaches another region is forwarded to its
 	// home's edge or refused with 421 IDEMPOTENCY_WRONG_REGION before
@@ -208,27 +212,27 @@ type Route struct {
 	Homing *Homing
 }
 
-// BusinessKey guards an operation by the client's own identity of it (an
-// account and a merchant reference, say): a request under a new
-// Idempotency-Key whose business key an earlier operation holds does not
-// run: it gets that operation's stored response when the two requests are
-// the same, or 409 BUSINESS_KEY_REUSED (with the resource's Location as a
-// Link) otherwise, and 409 in progress while the first one runs. The
-// business key is kept (as a digest) for TTL, past the Idempotency-Key's
-// own expiry, and freed when its request is released.
-type BusinessKey struct {
-	// Of returns the request's business key, "" for none. An error
-	// answers 400 REQUEST_BODY_INVALID. Required.
-	Of func(r *http.Request, body []byte) (string, error)
-	// TTL is how long a business key is kept from its first use. Defaults
-	// to 30 days, or the route's KeyTTL when that is longer; at least
-	// KeyTTL.
-	TTL time.Duration
-	// Conflict answers a request reusing a business key with 409
-	// BUSINESS_KEY_REUSED even when it is the same request as the first
-	// operation's, instead of replaying that operation's response.
-	// Defaults to false.
-	Conflict bool
+// Waiting makes a request that finds its key in progress (another request
+// with the same key runs) wait for the first one to finish, holding no
+// connection, and then replay its response; a request still waiting after
+// For answers 409 IDEMPOTENCY_REQUEST_IN_PROGRESS with the route's
+// Retry-After.
+type Waiting struct {
+	// For is the longest a request waits. Required: a positive duration.
+	For time.Duration
+	// MaxWaiters bounds the requests of this process that wait on one
+	// in-progress key at once; the others answer 409 with Retry-After at
+	// once. Defaults to 4.
+	MaxWaiters int
+}
+
+// waitFor is how long a request that finds its key in progress waits, 0
+// for not at all.
+func (r *Route) waitFor() time.Duration {
+	if r.Waiting == nil {
+		return 0
+	}
+	return r.Waiting.For
 }
 
 // Responses says which of a route's responses are stored and replayed to
@@ -262,29 +266,6 @@ type Responses struct {
 	// route's TTL, before its KeyTTL) as a new request instead of refusing
 	// it with 422 IDEMPOTENCY_KEY_EXPIRED. Defaults to false.
 	RunExpiredRetries bool
-}
-
-// Waiting makes a request that finds its key in progress (another request
-// with the same key runs) wait for the first one to finish, holding no
-// connection, and then replay its response; a request still waiting after
-// For answers 409 IDEMPOTENCY_REQUEST_IN_PROGRESS with the route's
-// Retry-After.
-type Waiting struct {
-	// For is the longest a request waits. Required: a positive duration.
-	For time.Duration
-	// MaxWaiters bounds the requests of this process that wait on one
-	// in-progress key at once; the others answer 409 with Retry-After at
-	// once. Defaults to 4.
-	MaxWaiters int
-}
-
-// waitFor is how long a request that finds its key in progress waits, 0
-// for not at all.
-func (r *Route) waitFor() time.Duration {
-	if r.Waiting == nil {
-		return 0
-	}
-	return r.Waiting.For
 }
 
 // UnknownOutcomes is what a route does with the requests whose outcome the
@@ -333,6 +314,29 @@ func (r *Route) responseVersion() int {
 		return 0
 	}
 	return r.ResponseVersions.Current
+}
+
+// BusinessKey guards an operation by the client's own identity of it (an
+// account and a merchant reference, say): a request under a new
+// Idempotency-Key whose business key an earlier operation holds does not
+// run: it gets that operation's stored response when the two requests are
+// the same, or 409 BUSINESS_KEY_REUSED (with the resource's Location as a
+// Link) otherwise, and 409 in progress while the first one runs. The
+// business key is kept (as a digest) for TTL, past the Idempotency-Key's
+// own expiry, and freed when its request is released.
+type BusinessKey struct {
+	// Of returns the request's business key, "" for none. An error
+	// answers 400 REQUEST_BODY_INVALID. Required.
+	Of func(r *http.Request, body []byte) (string, error)
+	// TTL is how long a business key is kept from its first use. Defaults
+	// to 30 days, or the route's KeyTTL when that is longer; at least
+	// KeyTTL.
+	TTL time.Duration
+	// Conflict answers a request reusing a business key with 409
+	// BUSINESS_KEY_REUSED even when it is the same request as the first
+	// operation's, instead of replaying that operation's response.
+	// Defaults to false.
+	Conflict bool
 }
 
 // DefaultReplayHeaders are the response headers replayed unless a Route says
