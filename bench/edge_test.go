@@ -79,13 +79,13 @@ func (env *edgeEnv) close() {
 }
 
 func newEdgeEnv(b *testing.B, conc int) *edgeEnv {
-	return newEdgeEnvOn(b, testenv.NewDB(b), conc, 0)
+	return newEdgeEnvOn(b, testenv.NewDB(b), conc, nil)
 }
 
 // newEdgeEnvOn is newEdgeEnv on the tables of db, which may already hold
-// records, with the route's Wait set to wait: servers and a pool of its
+// records, with the route's Waiting set to waiting: servers and a pool of its
 // own, released when the benchmark ends.
-func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int, wait time.Duration) *edgeEnv {
+func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int, waiting *idempotency.Waiting) *edgeEnv {
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_payments (id uuid PRIMARY KEY, amount bigint NOT NULL)`); err != nil {
 		b.Fatal(err)
@@ -107,7 +107,7 @@ func newEdgeEnvOn(b *testing.B, db *testenv.DB, conc int, wait time.Duration) *e
 	if err != nil {
 		b.Fatal(err)
 	}
-	mw, err := edge.Route(&idempotency.Route{Operation: "bench-create", Mode: idempotency.SameTx, Wait: wait, SharedScope: true})
+	mw, err := edge.Route(&idempotency.Route{Operation: "bench-create", Mode: idempotency.SameTx, Waiting: waiting, SharedScope: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -174,8 +174,8 @@ func scaleDispatch(b *testing.B, db *testenv.DB, n int) figure {
 // scaleEdge returns the edge's measurement on db: first requests (fresh
 // keys), or one replay each of n keys completed just before (untimed).
 //
-// The route waits up to 2 s (Route.Wait) where BenchmarkEdge's answers 409
-// at once: the claim's lock_timeout (1 ms without a Wait) bounds every lock
+// The route waits up to 2 s (Route.Waiting) where BenchmarkEdge's answers
+// 409 at once: the claim's lock_timeout (1 ms without Waiting) bounds every lock
 // the claim statement waits for, not only a holder's row lock, and on a
 // loaded machine a first request with a fresh key met it (PostgreSQL's log
 // showed lock timeouts with no tuple in their context, as a wait to extend
@@ -183,7 +183,7 @@ func scaleDispatch(b *testing.B, db *testenv.DB, n int) figure {
 func scaleEdge(replay bool) func(b *testing.B, db *testenv.DB, n int) figure {
 	return func(b *testing.B, db *testenv.DB, n int) figure {
 		const conc = 4
-		env := newEdgeEnvOn(b, db, conc, 2*time.Second)
+		env := newEdgeEnvOn(b, db, conc, &idempotency.Waiting{For: 2 * time.Second})
 		defer env.close()
 		prefix := uuid.NewString()
 		key := func(j int) string { return prefix + "-" + strconv.Itoa(j) }

@@ -108,7 +108,11 @@ func (m Mode) String() string {
 	return "separate"
 }
 
-// Route configures the middleware for one route (one operation).
+// Route configures the middleware for one route (one operation). Its flat
+// fields are what every route has, and two options of one setting each
+// (Command, NewKeysPerMinute); every other opt-in feature is one pointer to
+// a struct of its own (Waiting, Responses, UnknownOutcomes,
+// ResponseVersions, BusinessKey, Homing), nil for the feature's default.
 type Route struct {
 	// Operation names what the route does, e.g. "create-payment". It scopes
 	// keys (a key never matches across operations), enters the fingerprint and
@@ -141,41 +145,104 @@ type Route struct {
 	// times) is kept, from its completion: after TTL, and until KeyTTL, a
 	// retry under the key is refused with 422 IDEMPOTENCY_KEY_EXPIRED (the
 	// operation ran; its response is no longer kept), or runs as new with
-	// RunExpiredRetries; another body under it is still refused as reused.
-	// The response itself is emptied at TTL. Defaults to 7×TTL; at least
-	// TTL.
+	// Responses.RunExpiredRetries; another body under it is still refused
+	// as reused. The response itself is emptied at TTL. Defaults to
+	// 7×TTL; at least TTL.
 	KeyTTL time.Duration
-	// RunExpiredRetries runs a retry whose response expired (after TTL,
-	// before KeyTTL) as a new request instead of refusing it. Defaults to
-	// false.
-	RunExpiredRetries bool
 	// MaxBodyBytes bounds the request body the middleware reads to fingerprint
 	// it; a larger body answers 413 and creates no record. Defaults to 1 MiB.
 	MaxBodyBytes int64
-	// Wait, when positive, makes a request that finds its key in progress wait
-	// up to Wait for the first request to finish and then replay its response,
-	// instead of answering 409 at once. Defaults to 0 (answer 409).
-	Wait time.Duration
-	// MaxWaiters bounds the requests of this process that wait (Wait) on one
-	// in-progress key at once; the others answer 409 with Retry-After at
-	// once. A waiting request holds no connection. Defaults to 4.
-	MaxWaiters int
-	// RetryAfter is the Retry-After sent with a 409 in-progress answer.
-	// Defaults to one second.
-	RetryAfter time.Duration
 	// Lease is how long a Separate-mode claim stays owned without renewal;
 	// the owner renews it every Lease/3 while its handler runs, so only a dead
 	// owner's claim expires. Defaults to 30 seconds.
 	Lease time.Duration
-	// ReplayHeaders lists the response headers stored and replayed. Defaults
-	// to DefaultReplayHeaders.
-	ReplayHeaders []string
-	// NoStoreBody stores status and headers but not the body, for responses
-	// too sensitive to keep; a replay then has an empty body. Defaults to false.
-	NoStoreBody bool
-	// Store decides from the handler's status whether the response is stored
-	// (and replayed) or the key released so a retry executes. Defaults to
-	// DefaultStore.
+	// RetryAfter is the Retry-After sent with every answer that asks the
+	// client to retry later under the same key: 409 in progress (when not
+	// waiting, or after Waiting.For) and outcome unknown, 503 when the
+	// store cannot be reached or the home region is unknown, and 502 when
+	// the home region cannot be reached (Homing). Defaults to one second.
+	RetryAfter time.Duration
+	// Command, when set, returns the request's validated command (defaults
+	// applied, unknown fields dropped, the API version included), which is
+	// fingerprinted instead of the raw body, so that two spellings of one
+	// command are one request and a deploy that changes defaults does not
+	// turn honest retries into mismatches. JSON is fingerprinted in its
+	// canonical form. An error answers 400 REQUEST_BODY_INVALID with the
+	// error's text and creates no record. Defaults to nil: the raw body.
+	Command func(r *http.Request, body []byte) ([]byte, error)
+	// NewKeysPerMinute bounds the new keys one scope (Tenant) may create per
+	// minute in this process, in bursts of as many: a request whose key
+	// would be one too many answers 429 IDEMPOTENCY_KEY_RATE_LIMITED with
+	// Retry-After, runs nothing and stores nothing. Retries of known keys
+	// are never limited. Defaults to 0: no limit.
+	NewKeysPerMinute int
+	// Waiting, when set, makes a request that finds its key in progress
+	// wait for the first request to finish and then replay its response
+	// (see Waiting). Defaults to nil: such a request answers 409
+	// IDEMPOTENCY_REQUEST_IN_PROGRESS at once, with RetryAfter.
+	Waiting *Waiting
+	// Responses, when set, says which of the handler's responses are
+	// stored and replayed, what of them is kept, and what a retry gets
+	// once its response expired (see Responses). Defaults to nil: every
+	// response DefaultStore accepts is stored, rejections included, with
+	// its body and DefaultReplayHeaders, and a retry after TTL is refused.
+	Responses *Responses
+	// UnknownOutcomes, when set, settles the requests whose outcome the
+	// edge cannot prove (UnknownOutcomes.Reconcile) and links an unknown
+	// answer to the route's status resource (UnknownOutcomes.StatusPath).
+	// Defaults to nil: a dead owner's claim is recovered by running the
+	// handler again, an unknown record waits for an operator
+	// (Edge.Resolve), and an unknown answer links to no status resource.
+	UnknownOutcomes *UnknownOutcomes
+	// ResponseVersions, when set, versions the shape of the route's
+	// responses across deploys (see ResponseVersions). Defaults to nil:
+	// every response is stored as version 0 and replayed as it was stored.
+	ResponseVersions *ResponseVersions
+	// BusinessKey, when set, guards the operation by the client's own
+	// identity of it as well as by its Idempotency-Key (see BusinessKey).
+	// Defaults to nil.
+	BusinessKey *BusinessKey
+	// Homing, when set, gives each scope a home region where its keys are
+	// claimed: a request that reaches another region is forwarded to its
+	// home's edge or refused with 421 IDEMPOTENCY_WRONG_REGION before
+	// anything is stored (see Homing). Defaults to nil: every request is
+	// served in the region it reaches, and a retry landing in another
+	// region than its first attempt runs again there unless the regions
+	// share one store.
+	Homing *Homing
+}
+
+// Waiting makes a request that finds its key in progress (another request
+// with the same key runs) wait for the first one to finish, holding no
+// connection, and then replay its response; a request still waiting after
+// For answers 409 IDEMPOTENCY_REQUEST_IN_PROGRESS with the route's
+// Retry-After.
+type Waiting struct {
+	// For is the longest a request waits. Required: a positive duration.
+	For time.Duration
+	// MaxWaiters bounds the requests of this process that wait on one
+	// in-progress key at once; the others answer 409 with Retry-After at
+	// once. Defaults to 4.
+	MaxWaiters int
+}
+
+// waitFor is how long a request that finds its key in progress waits, 0
+// for not at all.
+func (r *Route) waitFor() time.Duration {
+	if r.Waiting == nil {
+		return 0
+	}
+	return r.Waiting.For
+}
+
+// Responses says which of a route's responses are stored and replayed to
+// the retries under their key, and what of them: a response that is not
+// stored releases the key (kept with the request's fingerprint), so that a
+// retry with the same key and request runs again.
+type Responses struct {
+	// Store decides from the handler's status whether the response is
+	// stored (and replayed) or the key released so a retry executes.
+	// Defaults to DefaultStore.
 	Store func(status int) bool
 	// Rejections says, per problem code, whether a rejection the route
 	// stores (an answer of 400 or more that Store accepts, whose JSON body
@@ -188,14 +255,31 @@ type Route struct {
 	// malformed is Binding. Defaults to nil: every stored rejection is
 	// Binding.
 	Rejections map[string]Rejection
-	// Reconcile, when set, decides what became of a request whose outcome
-	// the edge cannot prove: a claim whose owner died (its lease ran out),
-	// or a record the handler left unknown (Unknown). The next request with
-	// the same key and body takes the claim over, as one request, and calls
-	// Reconcile instead of the handler; its Verdict settles the record (see
-	// Verdict). Without Reconcile, a dead owner's claim is recovered by
-	// running the handler again, and an unknown record waits for an
-	// operator (Edge.Resolve). Separate mode only.
+	// ReplayHeaders lists the response headers stored and replayed.
+	// Defaults to DefaultReplayHeaders.
+	ReplayHeaders []string
+	// NoStoreBody stores status and headers but not the body, for
+	// responses too sensitive to keep; a replay then has an empty body.
+	// Defaults to false.
+	NoStoreBody bool
+	// RunExpiredRetries runs a retry whose response expired (after the
+	// route's TTL, before its KeyTTL) as a new request instead of refusing
+	// it with 422 IDEMPOTENCY_KEY_EXPIRED. Defaults to false.
+	RunExpiredRetries bool
+}
+
+// UnknownOutcomes is what a route does with the requests whose outcome the
+// edge cannot prove: a record its handler left unknown (Unknown), answered
+// 409 IDEMPOTENCY_OUTCOME_UNKNOWN until it is settled, and a Separate-mode
+// claim whose owner died (its lease ran out).
+type UnknownOutcomes struct {
+	// Reconcile, when set, decides what became of a request in doubt: a
+	// claim whose owner died, or a record the handler left unknown. The
+	// next request with the same key and body takes the claim over, as one
+	// request, and calls Reconcile instead of the handler; its Verdict
+	// settles the record (see Verdict). Separate mode only. Defaults to
+	// nil: a dead owner's claim is recovered by running the handler again,
+	// and an unknown record waits for an operator (Edge.Resolve).
 	Reconcile func(w http.ResponseWriter, r *http.Request, u InDoubt) Verdict
 	// StatusPath is where the route's status resource
 	// (Edge.StatusHandler(Operation)) is mounted, with "{digest}" standing
@@ -205,59 +289,6 @@ type Route struct {
 	// access log, gateway log and trace the link passes through. Defaults
 	// to "": no link.
 	StatusPath string
-	// ResponseVersions, when set, versions the shape of the route's
-	// responses across deploys (see ResponseVersions). Defaults to nil:
-	// every response is stored as version 0 and replayed as it was stored.
-	ResponseVersions *ResponseVersions
-	// Command, when set, returns the request's validated command (defaults
-	// applied, unknown fields dropped, the API version included), which is
-	// fingerprinted instead of the raw body, so that two spellings of one
-	// command are one request and a deploy that changes defaults does not
-	// turn honest retries into mismatches. JSON is fingerprinted in its
-	// canonical form. An error answers 400 REQUEST_BODY_INVALID with the
-	// error's text and creates no record. Defaults to nil: the raw body.
-	Command func(r *http.Request, body []byte) ([]byte, error)
-	// BusinessKey, when set, guards the operation by the client's own
-	// identity of it as well as by its Idempotency-Key (see BusinessKey).
-	// Defaults to nil.
-	BusinessKey *BusinessKey
-	// NewKeysPerMinute bounds the new keys one scope (Tenant) may create per
-	// minute in this process, in bursts of as many: a request whose key
-	// would be one too many answers 429 IDEMPOTENCY_KEY_RATE_LIMITED with
-	// Retry-After, runs nothing and stores nothing. Retries of known keys
-	// are never limited. Defaults to 0: no limit.
-	NewKeysPerMinute int
-	// Homing, when set, gives each scope a home region where its keys are
-	// claimed: a request that reaches another region is forwarded to its
-	// home's edge or refused with 421 IDEMPOTENCY_WRONG_REGION before
-	// anything is stored (see Homing). Defaults to nil: every request is
-	// served in the region it reaches, and a retry landing in another
-	// region than its first attempt runs again there unless the regions
-	// share one store.
-	Homing *Homing
-}
-
-// BusinessKey guards an operation by the client's own identity of it (an
-// account and a merchant reference, say): a request under a new
-// Idempotency-Key whose business key an earlier operation holds does not
-// run: it gets that operation's stored response when the two requests are
-// the same, or 409 BUSINESS_KEY_REUSED (with the resource's Location as a
-// Link) otherwise, and 409 in progress while the first one runs. The
-// business key is kept (as a digest) for TTL, past the Idempotency-Key's
-// own expiry, and freed when its request is released.
-type BusinessKey struct {
-	// Of returns the request's business key, "" for none. An error
-	// answers 400 REQUEST_BODY_INVALID. Required.
-	Of func(r *http.Request, body []byte) (string, error)
-	// TTL is how long a business key is kept from its first use. Defaults
-	// to 30 days, or the route's KeyTTL when that is longer; at least
-	// KeyTTL.
-	TTL time.Duration
-	// Conflict answers a request reusing a business key with 409
-	// BUSINESS_KEY_REUSED even when it is the same request as the first
-	// operation's, instead of replaying that operation's response.
-	// Defaults to false.
-	Conflict bool
 }
 
 // ResponseVersions versions the shape of a route's responses: each stored
@@ -285,6 +316,29 @@ func (r *Route) responseVersion() int {
 	return r.ResponseVersions.Current
 }
 
+// BusinessKey guards an operation by the client's own identity of it (an
+// account and a merchant reference, say): a request under a new
+// Idempotency-Key whose business key an earlier operation holds does not
+// run: it gets that operation's stored response when the two requests are
+// the same, or 409 BUSINESS_KEY_REUSED (with the resource's Location as a
+// Link) otherwise, and 409 in progress while the first one runs. The
+// business key is kept (as a digest) for TTL, past the Idempotency-Key's
+// own expiry, and freed when its request is released.
+type BusinessKey struct {
+	// Of returns the request's business key, "" for none. An error
+	// answers 400 REQUEST_BODY_INVALID. Required.
+	Of func(r *http.Request, body []byte) (string, error)
+	// TTL is how long a business key is kept from its first use. Defaults
+	// to 30 days, or the route's KeyTTL when that is longer; at least
+	// KeyTTL.
+	TTL time.Duration
+	// Conflict answers a request reusing a business key with 409
+	// BUSINESS_KEY_REUSED even when it is the same request as the first
+	// operation's, instead of replaying that operation's response.
+	// Defaults to false.
+	Conflict bool
+}
+
 // DefaultReplayHeaders are the response headers replayed unless a Route says
 // otherwise.
 var DefaultReplayHeaders = []string{
@@ -306,8 +360,9 @@ func DefaultStore(status int) bool {
 	return true
 }
 
-// withDefaults returns a copy of r (the zero Route if nil) with defaults set
-// and ReplayHeaders in canonical form.
+// withDefaults returns a copy of r (the zero Route if nil) with defaults set,
+// Responses and UnknownOutcomes never nil (copies of the caller's), and
+// Responses.ReplayHeaders in canonical form.
 func (r *Route) withDefaults() Route {
 	rc := cfgerr.CopyOf(r)
 	if rc.SharedScope && rc.Tenant == nil {
@@ -315,6 +370,8 @@ func (r *Route) withDefaults() Route {
 	}
 	rc.TTL = cmp.Or(rc.TTL, 24*time.Hour)
 	rc.KeyTTL = cmp.Or(rc.KeyTTL, 7*rc.TTL)
+	unknown := cfgerr.CopyOf(rc.UnknownOutcomes)
+	rc.UnknownOutcomes = &unknown
 	if rc.BusinessKey != nil {
 		bk := *rc.BusinessKey
 		bk.TTL = cmp.Or(bk.TTL, max(30*24*time.Hour, rc.KeyTTL))
@@ -322,19 +379,25 @@ func (r *Route) withDefaults() Route {
 	}
 	rc.MaxBodyBytes = cmp.Or(rc.MaxBodyBytes, 1<<20)
 	rc.RetryAfter = cmp.Or(rc.RetryAfter, time.Second)
-	rc.MaxWaiters = cmp.Or(rc.MaxWaiters, 4)
+	if rc.Waiting != nil {
+		waiting := *rc.Waiting
+		waiting.MaxWaiters = cmp.Or(waiting.MaxWaiters, 4)
+		rc.Waiting = &waiting
+	}
 	rc.Lease = cmp.Or(rc.Lease, 30*time.Second)
-	if rc.ReplayHeaders == nil {
-		rc.ReplayHeaders = DefaultReplayHeaders
+	responses := cfgerr.CopyOf(rc.Responses)
+	if responses.ReplayHeaders == nil {
+		responses.ReplayHeaders = DefaultReplayHeaders
 	}
-	if rc.Store == nil {
-		rc.Store = DefaultStore
+	if responses.Store == nil {
+		responses.Store = DefaultStore
 	}
-	canon := make([]string, len(rc.ReplayHeaders))
-	for i, h := range rc.ReplayHeaders {
+	canon := make([]string, len(responses.ReplayHeaders))
+	for i, h := range responses.ReplayHeaders {
 		canon[i] = http.CanonicalHeaderKey(h)
 	}
-	rc.ReplayHeaders = canon
+	responses.ReplayHeaders = canon
+	rc.Responses = &responses
 	return rc
 }
 
@@ -350,8 +413,16 @@ func (r *Route) validate() error {
 	case r.Tenant == nil:
 		return bad("Tenant", "required: scope keys by the authenticated caller, or set SharedScope for a route with one caller")
 	}
-	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "Wait", "MaxWaiters", "RetryAfter", "NewKeysPerMinute"); err != nil {
+	if err := bad.IfNegative(r, "TTL", "KeyTTL", "MaxBodyBytes", "RetryAfter", "NewKeysPerMinute"); err != nil {
 		return err
+	}
+	if w := r.Waiting; w != nil {
+		if err := cfgerr.For(ErrInvalidConfig, "idempotency: Route.Waiting").IfNegative(w, "For", "MaxWaiters"); err != nil {
+			return err
+		}
+		if w.For == 0 {
+			return bad("Waiting.For", "required: how long a request waits for its key's first request")
+		}
 	}
 	if r.responseVersion() < 0 {
 		return bad("ResponseVersions.Current", "%d is negative", r.responseVersion())
@@ -367,17 +438,20 @@ func (r *Route) validate() error {
 			return bad("BusinessKey.TTL", "%v is below KeyTTL (%v)", bk.TTL, r.KeyTTL)
 		}
 	}
-	if r.Reconcile != nil && r.Mode != Separate {
-		return bad("Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")
+	if u := r.UnknownOutcomes; u != nil {
+		switch {
+		case u.Reconcile != nil && r.Mode != Separate:
+			return bad("UnknownOutcomes.Reconcile", "Separate mode only: a SameTx request's outcome commits with its response")
+		case strings.Contains(u.StatusPath, "{key}"):
+			return bad("UnknownOutcomes.StatusPath", "%q holds {key}: a raw key in a URL lands in access and gateway logs; address the record by its digest with {digest}", u.StatusPath)
+		case u.StatusPath != "" && strings.Count(u.StatusPath, "{digest}") != 1:
+			return bad("UnknownOutcomes.StatusPath", "%q must hold {digest} once", u.StatusPath)
+		}
 	}
-	if strings.Contains(r.StatusPath, "{key}") {
-		return bad("StatusPath", "%q holds {key}: a raw key in a URL lands in access and gateway logs; address the record by its digest with {digest}", r.StatusPath)
-	}
-	if r.StatusPath != "" && strings.Count(r.StatusPath, "{digest}") != 1 {
-		return bad("StatusPath", "%q must hold {digest} once", r.StatusPath)
-	}
-	if err := validateRejections(r.Rejections); err != nil {
-		return bad("Rejections", "%w", err)
+	if r.Responses != nil {
+		if err := validateRejections(r.Responses.Rejections); err != nil {
+			return bad("Responses.Rejections", "%w", err)
+		}
 	}
 	if r.Homing != nil {
 		if err := r.Homing.validate(); err != nil {

@@ -46,9 +46,14 @@ func TestRouteValidate(t *testing.T) {
 		{"TTL", Route{Operation: "op", SharedScope: true, TTL: -1}, "-1ns is negative"},
 		{"KeyTTL", Route{Operation: "op", SharedScope: true, TTL: time.Hour, KeyTTL: time.Minute}, "1m0s is below TTL (1h0m0s)"},
 		{"MaxBodyBytes", Route{Operation: "op", SharedScope: true, MaxBodyBytes: -1}, "-1 is negative"},
-		{"Wait", Route{Operation: "op", SharedScope: true, Wait: -1}, "-1ns is negative"},
+		{"Waiting.For", Route{Operation: "op", SharedScope: true, Waiting: &Waiting{For: -1}}, "-1ns is negative"},
+		{"Waiting.For", Route{Operation: "op", SharedScope: true, Waiting: &Waiting{MaxWaiters: 8}}, "required: how long a request waits for its key's first request"},
+		{"Waiting.MaxWaiters", Route{Operation: "op", SharedScope: true, Waiting: &Waiting{For: time.Second, MaxWaiters: -1}}, "-1 is negative"},
 		{"RetryAfter", Route{Operation: "op", SharedScope: true, RetryAfter: -1}, "-1ns is negative"},
 		{"Lease", Route{Operation: "op", SharedScope: true, Lease: time.Millisecond}, "1ms is below 3ms"},
+		{"UnknownOutcomes.Reconcile", Route{Operation: "op", SharedScope: true, Mode: SameTx, UnknownOutcomes: &UnknownOutcomes{Reconcile: func(http.ResponseWriter, *http.Request, InDoubt) Verdict { return Settled }}}, "Separate mode only: a SameTx request's outcome commits with its response"},
+		{"UnknownOutcomes.StatusPath", Route{Operation: "op", SharedScope: true, UnknownOutcomes: &UnknownOutcomes{StatusPath: "/status"}}, `"/status" must hold {digest} once`},
+		{"Responses.Rejections", Route{Operation: "op", SharedScope: true, Responses: &Responses{Rejections: map[string]Rejection{"": Released}}}, ""},
 		{"ResponseVersions.Current", Route{Operation: "op", SharedScope: true, ResponseVersions: &ResponseVersions{Current: -1}}, "-1 is negative"},
 		{"BusinessKey.Of", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Conflict: true}}, "required"},
 		{"BusinessKey.TTL", Route{Operation: "op", SharedScope: true, BusinessKey: &BusinessKey{Of: func(*http.Request, []byte) (string, error) { return "", nil }, TTL: time.Minute}}, "1m0s is below KeyTTL (168h0m0s)"},
@@ -59,6 +64,21 @@ func TestRouteValidate(t *testing.T) {
 		_, err := (&Edge{}).Route(&tc.r)
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
+}
+
+// A route's defaults fill its own copy of an opt-in struct, never the
+// caller's, which may configure other routes.
+func TestRouteDefaultsLeaveTheCallersStructs(t *testing.T) {
+	t.Parallel()
+	waiting := &Waiting{For: time.Second}
+	responses := &Responses{ReplayHeaders: []string{"x-request-id"}}
+	rc := (&Route{Operation: "op", SharedScope: true, Waiting: waiting, Responses: responses}).withDefaults()
+	require.Equal(t, 4, rc.Waiting.MaxWaiters)
+	require.Equal(t, Waiting{For: time.Second}, *waiting)
+	require.Equal(t, []string{"X-Request-Id"}, rc.Responses.ReplayHeaders)
+	require.NotNil(t, rc.Responses.Store)
+	require.Equal(t, []string{"x-request-id"}, responses.ReplayHeaders)
+	require.Nil(t, responses.Store)
 }
 
 // New's arguments are checked as its Config is: a nil db wraps

@@ -17,7 +17,7 @@
 //     headers and body are replayed with Idempotent-Replayed: true;
 //   - same key, different fingerprint: 422 IDEMPOTENCY_KEY_REUSED;
 //   - same key still in progress: 409 IDEMPOTENCY_REQUEST_IN_PROGRESS with
-//     Retry-After, or (Route.Wait) a bounded wait and then the replay;
+//     Retry-After, or (Route.Waiting) a bounded wait and then the replay;
 //   - 5xx, 401, 403, 408, 429 and panics store nothing: the key is free again.
 //
 // # Modes
@@ -25,10 +25,11 @@
 // SameTx: the claim is a row inserted in a transaction that the handler
 // receives through Tx(r). The handler's rows and outbox events, the claim and
 // the stored response commit together, so a crash at any point leaves
-// nothing, and a concurrent request waits on the claim's row lock (bounded by
-// Wait; 409 otherwise). The claim adds no round trip to the handler's own
-// BEGIN … COMMIT: it is pipelined with the BEGIN, and the response is stored
-// in the COMMIT's round trip. A replay costs two round trips.
+// nothing, and a concurrent request waits on the claim's row lock (bounded
+// by Route.Waiting; 409 otherwise). The claim adds no round trip to the
+// handler's own BEGIN … COMMIT: it is pipelined with the BEGIN, and the
+// response is stored in the COMMIT's round trip. A replay costs two round
+// trips.
 //
 // Separate: the claim commits first, with a lease that the owner renews while
 // its handler runs. The handler may call external systems. If the owning
@@ -50,5 +51,5 @@
 // (24 h by default); Edge.Run calls Edge.Prune every Config.RetentionInterval,
 // which deletes expired completed records in batches of Config.RetentionBatch
 // and never touches in-progress ones. A Sealer encrypts stored bodies;
-// Route.NoStoreBody keeps no body at all. Keys appear in logs only as hashes.
+// Route.Responses.NoStoreBody keeps no body at all. Keys appear in logs only as hashes.
 package idempotency

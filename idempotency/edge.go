@@ -80,7 +80,7 @@ type route struct {
 	keys *keyLimiter // new keys per scope (NewKeysPerMinute); nil: no limit
 
 	mu      sync.Mutex
-	waiting map[recordID]int // requests waiting (Wait) on each in-progress key
+	waiting map[recordID]int // requests waiting (Waiting.For) on each in-progress key
 }
 
 // overKeyLimit reports whether a newly claimed key (its token 1: not a
@@ -100,12 +100,12 @@ func (rt *route) overKeyLimit(w http.ResponseWriter, id recordID, token int64) b
 	return true
 }
 
-// startWaiting takes one of the key's MaxWaiters places to wait on it; false
-// when they are all taken (the request answers 409 at once).
+// startWaiting takes one of the key's Waiting.MaxWaiters places to wait on
+// it; false when they are all taken (the request answers 409 at once).
 func (rt *route) startWaiting(id recordID) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if rt.waiting[id] >= rt.cfg.MaxWaiters {
+	if rt.waiting[id] >= rt.cfg.Waiting.MaxWaiters {
 		return false
 	}
 	rt.waiting[id]++
@@ -150,7 +150,7 @@ func (e *Edge) Route(r *Route) (func(http.Handler) http.Handler, error) {
 	e.mu.Unlock()
 	// In SameTx mode the first request's claim is an uncommitted row: a
 	// concurrent request gives up on its lock after 1 ms, and a request that
-	// waits (Wait) tries again later, holding no connection meanwhile. A
+	// waits (Waiting) tries again later, holding no connection meanwhile. A
 	// claim that timed out on another lock than a row's tries again waiting
 	// a second.
 	rt := &route{e: e, cfg: rc, waiting: map[recordID]int{}, keys: newKeyLimiter(rc.NewKeysPerMinute),
@@ -386,17 +386,17 @@ func (rt *route) storeFailed(w http.ResponseWriter, id recordID, err error) {
 
 // pollInterval is how often a waiting request looks at an in-progress record.
 func (rt *route) pollInterval() time.Duration {
-	return min(max(rt.cfg.Wait/20, 5*time.Millisecond), 100*time.Millisecond)
+	return min(max(rt.cfg.waitFor()/20, 5*time.Millisecond), 100*time.Millisecond)
 }
 
 // encode prepares a recorded response for storage: allow-listed headers as
 // JSON and the body, sealed when a Sealer is configured, nil when the route
 // does not store bodies.
 func (rt *route) encode(id recordID, rw *recorder) (headers, body []byte, sealed bool, err error) {
-	if headers, err = rw.replayHeaders(rt.cfg.ReplayHeaders); err != nil {
+	if headers, err = rw.replayHeaders(rt.cfg.Responses.ReplayHeaders); err != nil {
 		return nil, nil, false, err
 	}
-	if rt.cfg.NoStoreBody {
+	if rt.cfg.Responses.NoStoreBody {
 		return headers, []byte{}, false, nil
 	}
 	body = rw.body.Bytes()

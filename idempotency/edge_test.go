@@ -174,7 +174,11 @@ func TestConcurrentSameKey(t *testing.T) {
 		for _, wait := range []time.Duration{0, 10 * time.Second} {
 			t.Run(fmt.Sprintf("%s/wait=%s", mode, wait), func(t *testing.T) {
 				t.Parallel()
-				h := newHarness(t, idempotency.Route{Mode: mode, Wait: wait, MaxWaiters: n}, nil)
+				route := idempotency.Route{Mode: mode}
+				if wait > 0 {
+					route.Waiting = &idempotency.Waiting{For: wait, MaxWaiters: n}
+				}
+				h := newHarness(t, route, nil)
 				var release func()
 				if wait == 0 {
 					// Hold the first execution until every other request has
@@ -377,7 +381,7 @@ func TestWaitersExecuteAfterRelease(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			h := newHarness(t, idempotency.Route{Mode: mode, Wait: 10 * time.Second}, &idempotency.Config{Registerer: reg})
+			h := newHarness(t, idempotency.Route{Mode: mode, Waiting: &idempotency.Waiting{For: 10 * time.Second}}, &idempotency.Config{Registerer: reg})
 			h.failRuns = 1
 			release := h.withGate()
 			defer release()

@@ -34,10 +34,12 @@ func ExampleEdge_Route() {
 		Operation: "create-payment",
 		Mode:      idempotency.SameTx,
 		Tenant:    func(r *http.Request) (string, error) { return r.Header.Get("X-Account"), nil },
-		Wait:      2 * time.Second, // a concurrent retry waits, then replays
+		Waiting:   &idempotency.Waiting{For: 2 * time.Second}, // a concurrent retry waits, then replays
 		// A rejection for want of funds is not the key's last word: the
 		// same key runs again once the balance allows.
-		Rejections: map[string]idempotency.Rejection{"INSUFFICIENT_FUNDS": idempotency.Released},
+		Responses: &idempotency.Responses{
+			Rejections: map[string]idempotency.Rejection{"INSUFFICIENT_FUNDS": idempotency.Released},
+		},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -30,8 +30,8 @@ type Expired struct {
 	// StatusCode is the stored response's status (0: none).
 	StatusCode int
 	// Body is the response body as stored (sealed when BodySealed), nil
-	// when there is none (released, NoStoreBody, or emptied at TTL
-	// before the record's deletion).
+	// when there is none (released, Responses.NoStoreBody, or emptied at
+	// TTL before the record's deletion).
 	Body []byte
 	// BodySealed says whether Body is sealed by Config.Sealer.
 	BodySealed bool

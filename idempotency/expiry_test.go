@@ -41,7 +41,7 @@ func TestRetryAfterTheResponseExpired(t *testing.T) {
 				WHERE state = 'completed' AND response_body IS NULL AND response_headers->>'Location' IS NOT NULL AND status_code = 201`),
 				"the response body emptied, the key's meaning (status, Location) kept")
 
-			run := newHarnessOn(t, h.db, idempotency.Route{Mode: mode, RunExpiredRetries: true}, nil)
+			run := newHarnessOn(t, h.db, idempotency.Route{Mode: mode, Responses: &idempotency.Responses{RunExpiredRetries: true}}, nil)
 			again := run.post(t, "acme", "pay-1", `{"amount":100}`)
 			require.Equal(t, http.StatusCreated, again.status, "run as new")
 			require.Empty(t, again.header.Get(idempotency.HeaderReplayed))
@@ -78,7 +78,7 @@ func TestRunExpiredRetriesStillRefusesAnotherBody(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, idempotency.Route{Mode: mode, RunExpiredRetries: true}, nil)
+			h := newHarness(t, idempotency.Route{Mode: mode, Responses: &idempotency.Responses{RunExpiredRetries: true}}, nil)
 			require.Equal(t, http.StatusCreated, h.post(t, "acme", "pay-1", `{"amount":100}`).status)
 			_, err := h.db.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET body_expires_at = now() - interval '1 second'`)
 			require.NoError(t, err)

@@ -89,7 +89,7 @@ type ItemOutcome struct {
 	// Body is what the batch's answer says of the item (its resource's ID,
 	// a problem), at most MaxItemBodyBytes. It is kept (sealed by the
 	// edge's Sealer, if any) unless the route stores no body
-	// (Route.NoStoreBody): a replayed item's Body is then nil.
+	// (Route.Responses.NoStoreBody): a replayed item's Body is then nil.
 	Body []byte
 	// Replayed is set by Item when an earlier run of the request stored
 	// the outcome: the item's function did not run again.
@@ -197,7 +197,7 @@ func (s *itemScope) run(ctx context.Context, item string, fn func(context.Contex
 				}
 				out.Body, err = e.cfg.Sealer.Open(out.Body, s.itemAAD(item))
 			}
-			if err == nil && s.rt.cfg.NoStoreBody {
+			if err == nil && s.rt.cfg.Responses.NoStoreBody {
 				out.Body = nil
 			}
 			out.Replayed = true
@@ -214,7 +214,7 @@ func (s *itemScope) run(ctx context.Context, item string, fn func(context.Contex
 			return err
 		}
 		body, sealed := []byte{}, false
-		if !s.rt.cfg.NoStoreBody && len(o.Body) > 0 {
+		if !s.rt.cfg.Responses.NoStoreBody && len(o.Body) > 0 {
 			body = o.Body
 			if e.cfg.Sealer != nil {
 				if body, err = e.cfg.Sealer.Seal(body, s.itemAAD(item)); err != nil {

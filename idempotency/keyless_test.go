@@ -94,7 +94,7 @@ func TestARequestsTraceCarriesNoKey(t *testing.T) {
 	const key = "k-7Qx93zq-never-logged"
 	tr := &trail{}
 	reg := prometheus.NewRegistry()
-	route := idempotency.Route{Mode: idempotency.Separate, StatusPath: "/idempotency/create-payment/{digest}"}
+	route := idempotency.Route{Mode: idempotency.Separate, UnknownOutcomes: &idempotency.UnknownOutcomes{StatusPath: "/idempotency/create-payment/{digest}"}}
 	h := newHarness(t, route, &idempotency.Config{Registerer: reg,
 		Logger: slog.New(slog.NewJSONHandler(tr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	h.provider = newFakeProvider(t)

@@ -21,7 +21,7 @@ const (
 	OutcomeExpired            = "expired"              // 422: a retry after its response expired (TTL), before KeyTTL
 	OutcomeRateLimited        = "rate_limited"         // 429: a new key over its scope's NewKeysPerMinute: nothing stored
 	OutcomeUnknown            = "unknown"              // 409: the request's outcome is unknown (Unknown), until settled
-	OutcomeReconciled         = "reconciled"           // a request in doubt (InDoubt) given to Route.Reconcile
+	OutcomeReconciled         = "reconciled"           // a request in doubt (InDoubt) given to Route.UnknownOutcomes.Reconcile
 	OutcomeBusinessKey        = "business_key"         // a new key with a known business key: the first operation's answer
 	OutcomeOutdated           = "outdated"             // 422: ResponseVersions.Upgrade refused a stored response's version
 	OutcomeForwarded          = "forwarded"            // sent to the scope's home region (Route.Homing)
@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "unknown_outcomes_total", Help: "Requests whose handler or reconciliation left the outcome unknown, by operation."},
 			[]string{"operation"}),
 		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "reconciled_total", Help: "Requests in doubt given to Route.Reconcile, by operation and verdict (settled, run_again, still_unknown)."},
+			Name: "reconciled_total", Help: "Requests in doubt given to Route.UnknownOutcomes.Reconcile, by operation and verdict (settled, run_again, still_unknown)."},
 			[]string{"operation", "verdict"}),
 		unsettled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "unsettled_records", Help: "Records waiting for an outcome at the last Prune, by operation and state (in_progress, unknown)."},

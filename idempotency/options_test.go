@@ -72,10 +72,10 @@ func TestSealedBodies(t *testing.T) {
 	}
 }
 
-// NoStoreBody keeps status and headers only; a replay has an empty body.
+// Responses.NoStoreBody keeps status and headers only; a replay has an empty body.
 func TestNoStoreBody(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, idempotency.Route{NoStoreBody: true}, nil)
+	h := newHarness(t, idempotency.Route{Responses: &idempotency.Responses{NoStoreBody: true}}, nil)
 	first := h.post(t, "acme", "pay-1", `{"amount":100}`)
 	require.Equal(t, http.StatusCreated, first.status)
 	require.NotEmpty(t, first.body)

@@ -27,8 +27,8 @@ func TestProblemCodeAndOperationIDOutliveTheBody(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				h := newHarness(t, idempotency.Route{Mode: mode}, nil)
-				s := newFundsRoute(t, h, idempotency.Route{Mode: mode, NoStoreBody: noBody,
-					Rejections: map[string]idempotency.Rejection{"LIMIT_REACHED": idempotency.Released}})
+				s := newFundsRoute(t, h, idempotency.Route{Mode: mode, Responses: &idempotency.Responses{NoStoreBody: noBody,
+					Rejections: map[string]idempotency.Rejection{"LIMIT_REACHED": idempotency.Released}}})
 				require.Equal(t, http.StatusPaymentRequired, s.post(t, "pay-1", `{"amount":100}`).status)
 				s.next.Store(&answer{status: http.StatusUnprocessableEntity, code: "LIMIT_REACHED"})
 				require.Equal(t, http.StatusUnprocessableEntity, s.post(t, "pay-2", `{"amount":1}`).status)
@@ -92,7 +92,7 @@ func TestMalformedProblemCodesAreNotKept(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, idempotency.Route{Mode: mode}, nil)
-			s := newFundsRoute(t, h, idempotency.Route{Mode: mode, NoStoreBody: true})
+			s := newFundsRoute(t, h, idempotency.Route{Mode: mode, Responses: &idempotency.Responses{NoStoreBody: true}})
 			for i, raw := range []string{
 				`{"code":"BAD\u0000CODE"}`, `{"code":"BAD\u0007CODE"}`, "{\"code\":\"BAD\xffCODE\"}",
 				`{"code":"` + strings.Repeat("A", idempotency.MaxProblemCodeLen+1) + `"}`,

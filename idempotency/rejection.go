@@ -8,8 +8,8 @@ import (
 )
 
 // Rejection says what becomes of a rejection with a given problem code:
-// an answer of status 400 or more that Route.Store would store, whose body
-// names the code (Route.Rejections).
+// an answer of status 400 or more that Route.Responses.Store would store,
+// whose body names the code (Route.Responses.Rejections).
 type Rejection int
 
 const (
@@ -104,19 +104,19 @@ func storableCode(rw *recorder, panicked any) *string {
 }
 
 // releases reports whether the route releases rw's answer instead of
-// storing it: Route.Store refuses its status, or its problem code is
-// Released in Route.Rejections.
+// storing it: Route.Responses.Store refuses its status, or its problem code
+// is Released in Route.Responses.Rejections.
 func (rt *route) releases(rw *recorder) bool {
-	if !rt.cfg.Store(rw.code()) {
+	if !rt.cfg.Responses.Store(rw.code()) {
 		return true
 	}
-	if len(rt.cfg.Rejections) == 0 || rw.code() < 400 {
+	if len(rt.cfg.Responses.Rejections) == 0 || rw.code() < 400 {
 		return false
 	}
-	return rt.cfg.Rejections[rw.problemCode()] == Released
+	return rt.cfg.Responses.Rejections[rw.problemCode()] == Released
 }
 
-// validateRejections checks Route.Rejections' codes and values.
+// validateRejections checks Route.Responses.Rejections' codes and values.
 func validateRejections(m map[string]Rejection) error {
 	for code, r := range m {
 		if !validProblemCode(code) {

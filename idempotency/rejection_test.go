@@ -93,7 +93,7 @@ func TestStateDependentRejectionIsBindingOrReleased(t *testing.T) {
 			route := idempotency.Route{Mode: mode}
 			if released {
 				name = mode.String() + "/released"
-				route.Rejections = map[string]idempotency.Rejection{"INSUFFICIENT_FUNDS": idempotency.Released}
+				route.Responses = &idempotency.Responses{Rejections: map[string]idempotency.Rejection{"INSUFFICIENT_FUNDS": idempotency.Released}}
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -140,8 +140,8 @@ func TestOnlyTheListedCodesAreReleased(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, idempotency.Route{Mode: mode}, nil)
-			s := newFundsRoute(t, h, idempotency.Route{Mode: mode,
-				Rejections: map[string]idempotency.Rejection{"INSUFFICIENT_FUNDS": idempotency.Released, "CARD_DECLINED": idempotency.Binding}})
+			s := newFundsRoute(t, h, idempotency.Route{Mode: mode, Responses: &idempotency.Responses{
+				Rejections: map[string]idempotency.Rejection{"INSUFFICIENT_FUNDS": idempotency.Released, "CARD_DECLINED": idempotency.Binding}}})
 			s.balance.Store(0)
 			require.Equal(t, http.StatusPaymentRequired, s.post(t, "released", `{"amount":100}`).status)
 			require.Equal(t, idempotency.CodeKeyReused, s.post(t, "released", `{"amount":7}`).problemCode(t), "released keeps its request's fingerprint")
@@ -178,18 +178,18 @@ func TestOnlyTheListedCodesAreReleased(t *testing.T) {
 	}
 }
 
-// With a custom Route.Store, Rejections applies to what Store stores:
+// With a custom Route.Responses.Store, Rejections applies to what Store stores:
 // Store's refusal releases whatever the code says (a 409 a route treats as
 // transient), a status Store keeps that DefaultStore would not (429) is
 // replayed, and a Released code is released.
 func TestRejectionsApplyOnTopOfACustomStore(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, idempotency.Route{}, nil)
-	s := newFundsRoute(t, h, idempotency.Route{
+	s := newFundsRoute(t, h, idempotency.Route{Responses: &idempotency.Responses{
 		Store: func(status int) bool { return status < 500 && status != http.StatusConflict },
 		Rejections: map[string]idempotency.Rejection{
 			"ACCOUNT_BUSY": idempotency.Binding, "INSUFFICIENT_FUNDS": idempotency.Released},
-	})
+	}})
 	for _, c := range []struct {
 		key    string
 		answer answer
@@ -213,7 +213,7 @@ func TestRejectionsApplyOnTopOfACustomStore(t *testing.T) {
 	}
 }
 
-// Route.Rejections' codes are checked when the route is made: empty, too
+// Route.Responses.Rejections' codes are checked when the route is made: empty, too
 // long, with NUL, control characters, spaces or invalid UTF-8, or an
 // unknown Rejection, is a configuration error naming the field.
 func TestRejectionsRefusesMalformedCodes(t *testing.T) {
@@ -228,11 +228,11 @@ func TestRejectionsRefusesMalformedCodes(t *testing.T) {
 		{"A\xffB": idempotency.Released},
 		{"OK": idempotency.Rejection(7)},
 	} {
-		_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader, Rejections: m})
+		_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader, Responses: &idempotency.Responses{Rejections: m}})
 		require.ErrorIs(t, err, idempotency.ErrInvalidConfig, "%q", m)
-		require.ErrorContains(t, err, "Rejections")
+		require.ErrorContains(t, err, "Route.Responses.Rejections")
 	}
 	_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader,
-		Rejections: map[string]idempotency.Rejection{strings.Repeat("A", idempotency.MaxProblemCodeLen): idempotency.Released, "a.b:c-d_e": idempotency.Binding}})
+		Responses: &idempotency.Responses{Rejections: map[string]idempotency.Rejection{strings.Repeat("A", idempotency.MaxProblemCodeLen): idempotency.Released, "a.b:c-d_e": idempotency.Binding}}})
 	require.NoError(t, err)
 }

@@ -25,7 +25,7 @@ import (
 func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
 	ctx := r.Context()
 	lockTimeout := rt.lockTimeout
-	deadline, waiting := time.Now().Add(rt.cfg.Wait), false
+	deadline, waiting := time.Now().Add(rt.cfg.waitFor()), false
 	defer func() {
 		if waiting {
 			rt.stopWaiting(id)
@@ -59,15 +59,15 @@ func (rt *route) serveSameTx(next http.Handler, w http.ResponseWriter, r *http.R
 					}
 				}
 				// In progress. A request that waits does so without a
-				// connection, in one of the key's MaxWaiters places.
-				if rt.cfg.Wait > 0 && time.Now().Before(deadline) && (waiting || rt.startWaiting(id)) {
+				// connection, in one of the key's Waiting.MaxWaiters places.
+				if rt.cfg.waitFor() > 0 && time.Now().Before(deadline) && (waiting || rt.startWaiting(id)) {
 					waiting = true
 					if wait.Sleep(ctx, min(rt.pollInterval(), time.Until(deadline))) {
 						lockTimeout, attempt = rt.lockTimeout, -1
 						continue
 					}
 				}
-				rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rt.cfg.Wait.Seconds())
+				rt.e.m.conflictAge.WithLabelValues(id.operation).Observe(rt.cfg.waitFor().Seconds())
 				rt.inProgress(w)
 				return
 			}
@@ -176,7 +176,7 @@ func (rt *route) claimTx(ctx context.Context, id recordID, fp []byte, lockTimeou
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(lockTimeout)
-	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, id.operationID()).QueryRow(func(row pgx.Row) error {
+	b.Queue(rt.e.sql.claimTx, id.tenant, id.operation, id.stored(), fp, micros(rt.cfg.KeyTTL), rt.cfg.Responses.RunExpiredRetries, id.operationID()).QueryRow(func(row pgx.Row) error {
 		var status *int32
 		var headers []byte
 		var age float64

@@ -90,7 +90,7 @@ func TestSameTxCancelledClaimWaits(t *testing.T) {
 	db := testenv.NewDB(t)
 	edge, err := idempotency.New(db.Pool, &idempotency.Config{Schema: db.Schema})
 	require.NoError(t, err)
-	mw, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx, Tenant: tenantFromHeader, Wait: 10 * time.Second})
+	mw, err := edge.Route(&idempotency.Route{Operation: "create-payment", Mode: idempotency.SameTx, Tenant: tenantFromHeader, Waiting: &idempotency.Waiting{For: 10 * time.Second}})
 	require.NoError(t, err)
 	var runs atomic.Int64
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -29,7 +29,7 @@ const maxClaimAttempts = 3
 // then store the response fenced by the claim's token.
 func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, fp []byte) {
 	ctx := r.Context()
-	deadline, waiting := time.Now().Add(rt.cfg.Wait), false
+	deadline, waiting := time.Now().Add(rt.cfg.waitFor()), false
 	defer func() {
 		if waiting {
 			rt.stopWaiting(id)
@@ -38,7 +38,7 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 	for attempt := 0; ; attempt++ {
 		var c separateClaim
 		err := rt.e.db.QueryRow(ctx, rt.e.sql.claim, id.tenant, id.operation, id.stored(), fp,
-			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.RunExpiredRetries, rt.cfg.Reconcile != nil, id.operationID()).
+			micros(rt.cfg.Lease), micros(rt.cfg.KeyTTL), rt.cfg.Responses.RunExpiredRetries, rt.cfg.UnknownOutcomes.Reconcile != nil, id.operationID()).
 			Scan(&c.token, &c.recoveries, &c.reason, &c.wasUnknown)
 		if err == nil || errors.Is(err, pgx.ErrNoRows) {
 			rt.e.watch.OK("store")
@@ -68,8 +68,8 @@ func (rt *route) serveSeparate(next http.Handler, w http.ResponseWriter, r *http
 			rt.inProgress(w)
 			return
 		}
-		if rec.state == StateInProgress && !waiting && rt.cfg.Wait > 0 {
-			waiting = rt.startWaiting(id) // false: the key's MaxWaiters places are taken
+		if rec.state == StateInProgress && !waiting && rt.cfg.waitFor() > 0 {
+			waiting = rt.startWaiting(id) // false: the key's Waiting.MaxWaiters places are taken
 		}
 		synced, found, err := rt.e.replicated(ctx, id, &rec)
 		if err != nil {
@@ -112,7 +112,7 @@ func (rt *route) unclaim(ctx context.Context, id recordID, token int64) {
 }
 
 // runSeparate runs the handler as the claim's owner, or, for a recovered
-// claim on a route that reconciles, Route.Reconcile first.
+// claim on a route that reconciles, Route.UnknownOutcomes.Reconcile first.
 func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.Request, id recordID, c separateClaim) {
 	recovered := c.recoveries > 0
 	crashpoint.Hit("idempotency.after-claim")
@@ -126,7 +126,7 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	hctx, out := withOutcome(context.WithValue(withInfo(hctx, info), itemsKey{}, items))
 	req := r.WithContext(hctx)
 
-	if recovered && rt.cfg.Reconcile != nil {
+	if recovered && rt.cfg.UnknownOutcomes.Reconcile != nil {
 		rt.count(OutcomeReconciled)
 		u := InDoubt{Info: info, State: StateInProgress, Reason: c.reason}
 		if c.wasUnknown {
@@ -179,11 +179,11 @@ func (rt *route) runSeparate(next http.Handler, w http.ResponseWriter, r *http.R
 	rt.store(bg, w, id, c.token, rw, items.used.Load())
 }
 
-// reconcile runs Route.Reconcile with a recorder.
+// reconcile runs Route.UnknownOutcomes.Reconcile with a recorder.
 func (rt *route) reconcile(r *http.Request, u InDoubt) (rw *recorder, v Verdict, panicked any) {
 	rw = newRecorder()
 	defer func() { panicked = recover() }()
-	return rw, rt.cfg.Reconcile(rw, r, u), nil
+	return rw, rt.cfg.UnknownOutcomes.Reconcile(rw, r, u), nil
 }
 
 // store stores rw's response under the claim (token) and sends it; with

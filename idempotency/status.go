@@ -21,11 +21,12 @@ type Status struct {
 	// StatusCode is the stored response's, once completed.
 	StatusCode int `json:"status_code,omitempty"`
 	// Location is the stored response's Location header, when it had one
-	// (and Route.ReplayHeaders kept it): where the operation's resource is.
+	// (and Route.Responses.ReplayHeaders kept it): where the operation's
+	// resource is.
 	Location string `json:"location,omitempty"`
 	// Code is the problem code of the answer (a rejection's, stored or
-	// released; see Route.Rejections), kept with the record after its body
-	// expired and on a route that stores no body; "" for none.
+	// released; see Route.Responses.Rejections), kept with the record after
+	// its body expired and on a route that stores no body; "" for none.
 	Code string `json:"code,omitempty"`
 	// OperationID is the ID of the operation the key started (Info.ID),
 	// "" for a record claimed before it was kept.
@@ -43,7 +44,7 @@ WHERE tenant = $1 AND operation = $2 AND key = $3 AND ` + live
 // Route, the first one for it) for operation, for a client that lost an
 // answer and would rather ask than retry: a GET addressed by the key's
 // digest (StoredKey) as the path value "digest" (mount it at
-// "GET "+Route.StatusPath, "GET /idempotency/create-payment/{digest}"
+// "GET "+Route.UnknownOutcomes.StatusPath, "GET /idempotency/create-payment/{digest}"
 // say), or by the key itself in the Idempotency-Key header, answers the
 // record in the caller's scope (the route's Tenant, or its SharedScope,
 // as its requests compute it) as a JSON Status; 404 CodeKeyNotFound when

@@ -114,7 +114,7 @@ func TestStatusResourceRefusesHostileHandles(t *testing.T) {
 	require.Equal(t, 1, count(t, h.db, `SELECT count(*) FROM idempotency_keys`), "nothing stored by a status read")
 }
 
-// A StatusPath with {key} (the raw key in a URL) is a configuration error
+// An UnknownOutcomes.StatusPath with {key} (the raw key in a URL) is a configuration error
 // that says what to use instead; {digest} must appear once.
 func TestStatusPathRefusesTheRawKey(t *testing.T) {
 	t.Parallel()
@@ -125,12 +125,12 @@ func TestStatusPathRefusesTheRawKey(t *testing.T) {
 		"/idempotency/status":            "{digest} once",
 		"/idempotency/{digest}/{digest}": "{digest} once",
 	} {
-		_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader, StatusPath: path})
+		_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader, UnknownOutcomes: &idempotency.UnknownOutcomes{StatusPath: path}})
 		require.ErrorIs(t, err, idempotency.ErrInvalidConfig, path)
-		require.ErrorContains(t, err, "StatusPath", path)
+		require.ErrorContains(t, err, "Route.UnknownOutcomes.StatusPath", path)
 		require.ErrorContains(t, err, want, path)
 	}
-	_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader, StatusPath: "/idempotency/{digest}"})
+	_, err := h.edge.Route(&idempotency.Route{Operation: "create-payment", Tenant: tenantFromHeader, UnknownOutcomes: &idempotency.UnknownOutcomes{StatusPath: "/idempotency/{digest}"}})
 	require.NoError(t, err)
 }
 

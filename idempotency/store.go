@@ -28,7 +28,7 @@ type State string
 // one (a 5xx, 429, 401 or 403, a panic), keeping its fingerprint so that
 // the same body may run again and another is refused; or unknown, when the
 // handler could not prove what its request did (Unknown) and a
-// reconciliation (Route.Reconcile) or an operator (Edge.Resolve) must
+// reconciliation (Route.UnknownOutcomes.Reconcile) or an operator (Edge.Resolve) must
 // settle it.
 const (
 	StateInProgress State = "in_progress"
@@ -99,8 +99,8 @@ type statements struct {
 // (b) with $8 (the route reconciles), an unknown record with the same
 // fingerprint, likewise, (c) a released record with the same fingerprint,
 // or (d) a completed or released record past its expiry, or (e) with $7
-// (RunExpiredRetries), a completed record whose response expired, under the
-// same fingerprint: another body is still refused as a reuse. Anything else
+// (Responses.RunExpiredRetries), a completed record whose response
+// expired, under the same fingerprint: another body is still refused as a reuse. Anything else
 // returns no row. The row lock ON CONFLICT takes makes the takeover happen
 // for one request only. A recovery keeps the unknown's reason, so that the
 // recovering request knows it takes over an unknown outcome.

@@ -166,7 +166,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // settled answer with the same key.
 func TestTransportPollsTheStatusOfAnUnknownOutcome(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate, StatusPath: "/idempotency/{digest}"}, nil)
+	h := newHarness(t, idempotency.Route{Mode: idempotency.Separate, UnknownOutcomes: &idempotency.UnknownOutcomes{StatusPath: "/idempotency/{digest}"}}, nil)
 	h.provider = newFakeProvider(t)
 	h.provider.dropNext.Store(true)
 	counting := &countingTransport{base: http.DefaultTransport, polled: make(chan struct{})}

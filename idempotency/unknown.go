@@ -31,9 +31,9 @@ type outcomeKey struct{}
 // the handler returns, whatever it wrote is discarded; the record becomes
 // unknown with reason (kept for operators; never shown to clients), and
 // this request and every retry are answered 409 IDEMPOTENCY_OUTCOME_UNKNOWN
-// until Route.Reconcile or an operator (Edge.Resolve) settles it. In
+// until Route.UnknownOutcomes.Reconcile or an operator (Edge.Resolve) settles it. In
 // SameTx mode the handler's writes commit with the unknown record. Called
-// from Route.Reconcile, it replaces the reason.
+// from Route.UnknownOutcomes.Reconcile, it replaces the reason.
 func Unknown(r *http.Request, reason string) error {
 	o, ok := r.Context().Value(outcomeKey{}).(*outcome)
 	if !ok {
@@ -58,7 +58,7 @@ func withOutcome(ctx context.Context) (context.Context, *outcome) {
 	return context.WithValue(ctx, outcomeKey{}, o), o
 }
 
-// InDoubt is a request in doubt, as Route.Reconcile receives it: a retry
+// InDoubt is a request in doubt, as Route.UnknownOutcomes.Reconcile receives it: a retry
 // that took over a record whose outcome the edge cannot prove (a claim
 // whose owner died, or a record a handler left unknown). It is not the
 // operators' list of unsettled records (Edge.Unsettled), nor the records
@@ -76,7 +76,7 @@ type InDoubt struct {
 	Since time.Time
 }
 
-// Verdict is Route.Reconcile's decision.
+// Verdict is Route.UnknownOutcomes.Reconcile's decision.
 type Verdict int
 
 const (
@@ -107,12 +107,12 @@ func (v Verdict) String() string {
 }
 
 // statusLink is the route's status resource for id's record, addressed by
-// the key's digest (never the key), "" without StatusPath.
+// the key's digest (never the key), "" without UnknownOutcomes.StatusPath.
 func (rt *route) statusLink(id recordID) string {
-	if rt.cfg.StatusPath == "" {
+	if rt.cfg.UnknownOutcomes.StatusPath == "" {
 		return ""
 	}
-	return strings.Replace(rt.cfg.StatusPath, "{digest}", id.stored(), 1)
+	return strings.Replace(rt.cfg.UnknownOutcomes.StatusPath, "{digest}", id.stored(), 1)
 }
 
 // answerUnknown answers 409 IDEMPOTENCY_OUTCOME_UNKNOWN, linking the status

@@ -96,7 +96,7 @@ func TestLostProviderAnswerEndsUnknown(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			h := newHarness(t, idempotency.Route{Mode: mode, StatusPath: "/idempotency/{digest}"}, &idempotency.Config{Registerer: reg})
+			h := newHarness(t, idempotency.Route{Mode: mode, UnknownOutcomes: &idempotency.UnknownOutcomes{StatusPath: "/idempotency/{digest}"}}, &idempotency.Config{Registerer: reg})
 			h.provider = newFakeProvider(t)
 			h.provider.dropNext.Store(true)
 
@@ -153,7 +153,7 @@ func TestReconcileSettlesUnknown(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			var reconciled atomic.Int64
 			var p *fakeProvider
-			route := idempotency.Route{Mode: idempotency.Separate, StatusPath: "/idempotency/{digest}",
+			route := idempotency.Route{Mode: idempotency.Separate, UnknownOutcomes: &idempotency.UnknownOutcomes{StatusPath: "/idempotency/{digest}",
 				Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.InDoubt) idempotency.Verdict {
 					reconciled.Add(1)
 					if u.State != idempotency.StateUnknown || !strings.HasPrefix(u.Reason, "charge: ") || !u.Recovered {
@@ -170,7 +170,7 @@ func TestReconcileSettlesUnknown(t *testing.T) {
 						return idempotency.Settled
 					}
 					return idempotency.RunAgain
-				}}
+				}}}
 			h := newHarness(t, route, &idempotency.Config{Registerer: reg})
 			p = newFakeProvider(t)
 			h.provider = p
@@ -210,14 +210,14 @@ func TestReconcileRecoversADeadOwnersClaim(t *testing.T) {
 	var got []idempotency.InDoubt
 	var mu sync.Mutex
 	route := idempotency.Route{Mode: idempotency.Separate, Lease: 30 * time.Millisecond,
-		Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.InDoubt) idempotency.Verdict {
+		UnknownOutcomes: &idempotency.UnknownOutcomes{Reconcile: func(w http.ResponseWriter, r *http.Request, u idempotency.InDoubt) idempotency.Verdict {
 			mu.Lock()
 			got = append(got, u)
 			mu.Unlock()
 			w.WriteHeader(http.StatusCreated)
 			_, _ = w.Write([]byte(`{"reconciled":true}`))
 			return idempotency.Settled
-		}}
+		}}}
 	h := newHarness(t, route, nil)
 	ctx := context.Background()
 	// A claim as a dead owner leaves it: in progress, its lease run out.

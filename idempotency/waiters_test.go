@@ -49,8 +49,8 @@ func testWaitersDoNotStarve(t *testing.T, mode idempotency.Mode) {
 	t.Cleanup(pool.Close)
 	edge, err := idempotency.New(pool, &idempotency.Config{Schema: db.Schema})
 	require.NoError(t, err)
-	mw, err := edge.Route(&idempotency.Route{Operation: "op", Mode: mode, Wait: 10 * time.Second,
-		MaxWaiters: maxWaiters, Tenant: tenantFromHeader})
+	mw, err := edge.Route(&idempotency.Route{Operation: "op", Mode: mode, Tenant: tenantFromHeader,
+		Waiting: &idempotency.Waiting{For: 10 * time.Second, MaxWaiters: maxWaiters}})
 	require.NoError(t, err)
 	gate, inside := make(chan struct{}), make(chan struct{}, 1)
 	var runs atomic.Int64
