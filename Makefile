@@ -5,7 +5,7 @@ GO        ?= go
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 
-.PHONY: release help test test-pooled test-short quickstart demo chaos bench bench-scale results build api vet fuzz clean pg17 fauxqs
+.PHONY: release help test test-pooled test-short quickstart demo chaos chaos-fleet bench bench-scale results build api vet fuzz clean pg17 fauxqs
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ RATE     ?=
 chaos: ## the payments example under SIGKILLs, NATS node kills, PostgreSQL crashes and cut connections, then a history check (DURATION=2m, BROKEN=…, RATE=requests/s, RELAY=logical, POOLER=pgbouncer, FAILOVER=sync|async, PG=17)
 	$(if $(filter 17,$(PG)),./scripts/install-pg17.sh)
 	$(GO) run ./internal/testkit/chaos/cmd/chaos -duration $(DURATION) $(if $(BROKEN),-broken $(BROKEN)) $(if $(RATE),-rate $(RATE)) $(if $(RELAY),-relay $(RELAY)) $(if $(POOLER),-pooler $(POOLER)) $(if $(FAILOVER),-failover $(FAILOVER)) $(if $(PG),-pg $(PG))
+
+chaos-fleet: ## a relay fleet (30 members, k=3, 11 databases on 3 PostgreSQL clusters) under process and NATS node kills and a database stopped for 60 s, then a check of the stream (DURATION=2m)
+	$(GO) run ./internal/testkit/chaos/cmd/chaosfleet -duration $(DURATION)
 
 BENCH_COUNT ?= 3
 BENCH_NOTE  ?=

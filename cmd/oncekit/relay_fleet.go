@@ -19,7 +19,7 @@ import (
 // fleetConfigFlags names the flags of the fleet.Config fields and of its
 // relays' template.
 var fleetConfigFlags = func() configFlags {
-	m := configFlags{"Bucket": "--fleet-bucket", "Replicas": "--fleet-replicas",
+	m := configFlags{"Bucket": "--fleet-bucket", "BucketReplicas": "--fleet-bucket-replicas", "Replicas": "--fleet-replicas",
 		"MaxConnsPerDatabase": "--fleet-max-conns", "MemberTTL": "--fleet-member-ttl"}
 	for k, v := range relayFlags {
 		m[k] = v
@@ -31,6 +31,7 @@ var fleetConfigFlags = func() configFlags {
 type fleetFlags struct {
 	file     string
 	bucket   string
+	bucketR  int
 	replicas int
 	maxConns int
 	reload   time.Duration
@@ -40,6 +41,7 @@ type fleetFlags struct {
 func (f *fleetFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.file, "fleet", "", "`FILE` listing the databases of a relay fleet (JSON: [{\"name\", \"url\", \"schema\"}]): serve those fleet.Assign gives this member instead of --database-url's; the file is re-read every --fleet-reload")
 	fs.StringVar(&f.bucket, "fleet-bucket", "oncekit_fleet", "JetStream key-value bucket of the fleet's members (--fleet)")
+	fs.IntVar(&f.bucketR, "fleet-bucket-replicas", 1, "replicas of --fleet-bucket when created or updated: on a JetStream cluster, its size (--fleet)")
 	fs.IntVar(&f.replicas, "fleet-replicas", 3, "members serving each database (--fleet)")
 	fs.IntVar(&f.maxConns, "fleet-max-conns", 5, "most connections this member opens to one database (--fleet)")
 	fs.DurationVar(&f.reload, "fleet-reload", 5*time.Second, "period at which --fleet's file is re-read")
@@ -50,7 +52,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet) {
 // without --fleet.
 func (f *fleetFlags) check(fs *flag.FlagSet) error {
 	if f.file == "" {
-		for _, n := range []string{"fleet-bucket", "fleet-replicas", "fleet-max-conns", "fleet-reload", "fleet-member-ttl"} {
+		for _, n := range []string{"fleet-bucket", "fleet-bucket-replicas", "fleet-replicas", "fleet-max-conns", "fleet-reload", "fleet-member-ttl"} {
 			if flagSet(fs, n) {
 				return usagef("--%s needs --fleet", n)
 			}
@@ -80,7 +82,7 @@ func (f *fleetFlags) run(ctx context.Context, log *slog.Logger, reg *prometheus.
 	if err != nil {
 		return err
 	}
-	member, err := fleet.New(js, pub, &fleet.Config{ID: relay.ID, Bucket: f.bucket, Replicas: f.replicas,
+	member, err := fleet.New(js, pub, &fleet.Config{ID: relay.ID, Bucket: f.bucket, BucketReplicas: f.bucketR, Replicas: f.replicas,
 		MaxConnsPerDatabase: f.maxConns, MemberTTL: f.ttl, Relay: relay, Logger: log, Registerer: reg})
 	if err != nil {
 		return fleetConfigFlags.usage(err)

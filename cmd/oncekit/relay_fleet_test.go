@@ -104,6 +104,8 @@ func TestRelayFleetFlags(t *testing.T) {
 		{[]string{"relay", "--fleet", file, "--lease", "1ms"}, "--lease: 1ms is below 300ms"},
 		{[]string{"relay", "--fleet", file, "--fleet-member-ttl", "10ms"}, "--fleet-member-ttl: 10ms is below 1s"},
 		{[]string{"relay", "--fleet", file, "--fleet-max-conns", "1"}, "--fleet-max-conns: 1 is below 2"},
+		{[]string{"relay", "--fleet", file, "--fleet-bucket-replicas", "6"}, "--fleet-bucket-replicas: 6 is not 1 to 5"},
+		{[]string{"relay", "--fleet-bucket-replicas", "3"}, "--fleet-bucket-replicas needs --fleet"},
 		{[]string{"relay", "--fleet", bad}, `database "a" listed twice`},
 	} {
 		var stderr testenv.SyncBuffer

@@ -48,6 +48,11 @@ type Config struct {
 	// entries in; fleets with different buckets do not see each other.
 	// Defaults to "oncekit_fleet".
 	Bucket string
+	// BucketReplicas is the bucket's replicas when a member creates or
+	// updates it. Defaults to 1; on a JetStream cluster set it to the
+	// cluster's size (at most 5), or the members lose sight of each other
+	// while the one node holding the bucket is down or just back.
+	BucketReplicas int
 	// Replicas is k, the number of members that serve each database (all
 	// of them when fewer). Defaults to 3.
 	Replicas int
@@ -91,6 +96,7 @@ func (c *Config) withDefaults() Config {
 		out.ID = nodeid.New()
 	}
 	out.Bucket = cmp.Or(out.Bucket, "oncekit_fleet")
+	out.BucketReplicas = cmp.Or(out.BucketReplicas, 1)
 	out.Replicas = cmp.Or(out.Replicas, 3)
 	out.MemberTTL = cmp.Or(out.MemberTTL, 15*time.Second)
 	out.MaxConnsPerDatabase = cmp.Or(out.MaxConnsPerDatabase, 5)
@@ -112,6 +118,8 @@ func (c *Config) validate() error {
 	switch {
 	case !validKey.MatchString(c.Bucket):
 		return bad("Bucket", "%q is not a bucket name (letters, digits, '_', '-')", c.Bucket)
+	case c.BucketReplicas < 1 || c.BucketReplicas > 5:
+		return bad("BucketReplicas", "%d is not 1 to 5", c.BucketReplicas)
 	case c.MemberTTL < time.Second:
 		return bad("MemberTTL", "%v is below 1s", c.MemberTTL)
 	case c.MaxConnsPerDatabase < 2:

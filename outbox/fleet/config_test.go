@@ -24,6 +24,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"MemberTTL", fleet.Config{MemberTTL: time.Millisecond}},
 		{"MaxConnsPerDatabase", fleet.Config{MaxConnsPerDatabase: 1}},
 		{"Bucket", fleet.Config{Bucket: "a.b"}},
+		{"BucketReplicas", fleet.Config{BucketReplicas: 6}},
 		{"MaxBackoff", fleet.Config{MinBackoff: time.Minute, MaxBackoff: time.Second}},
 	} {
 		_, err := fleet.New(n.JS, nopPublisher{}, &c.cfg)

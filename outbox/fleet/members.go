@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,6 +17,12 @@ type members struct {
 	kv  jetstream.KeyValue
 	id  string
 	key string
+	// last is the previous list. A listing that races with members'
+	// refreshes can miss a key being rewritten (its old entry deleted, the
+	// new one past the lister's end), or return it twice: a member of last
+	// that a list misses is looked up by its key before it counts as gone,
+	// and a list holds each member once.
+	last []string
 }
 
 // joinBucket creates the bucket, or updates it to c's TTL: the members of
@@ -26,6 +33,7 @@ func joinBucket(ctx context.Context, js jetstream.JetStream, c *Config) (*member
 		Description: "oncekit relay fleet members",
 		TTL:         c.MemberTTL,
 		History:     1,
+		Replicas:    c.BucketReplicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fleet: members bucket %q: %w", c.Bucket, err)
@@ -62,6 +70,20 @@ func (m *members) list(ctx context.Context) ([]string, error) {
 		}
 		ids = append(ids, string(b))
 	}
+	for _, id := range m.last {
+		if slices.Contains(ids, id) {
+			continue
+		}
+		switch _, err := m.kv.Get(ctx, memberKey(id)); {
+		case err == nil:
+			ids = append(ids, id) // refreshed while the list was read
+		case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
+			return nil, err
+		}
+	}
+	// The listing also repeats a key rewritten while it was read.
 	slices.Sort(ids)
-	return ids, nil
+	ids = slices.Compact(ids)
+	m.last = ids
+	return slices.Clone(ids), nil
 }

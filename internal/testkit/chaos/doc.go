@@ -13,6 +13,11 @@
 //   - Supervisor: runs named roles as OS processes, restarts them when they
 //     die, kills them on demand and counts deaths by cause.
 //
+// Two runs are built on them: Run (make chaos), the payments example's whole
+// chain, and RunFleet (make chaos-fleet), a relay fleet of thirty members in
+// five processes (FleetMemberMain) serving eleven databases on three
+// PostgreSQL clusters, judged by CheckFleet.
+//
 // Every piece picks free loopback ports at start, keeps its files (configs,
 // logs, stores) under a directory the caller gives, and releases everything on
 // Close, which is safe to call after a failed test.

@@ -16,7 +16,9 @@ import (
 const helperEnv = "CHAOS_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(helperEnv); mode != "" {
+	if mode := os.Getenv(helperEnv); mode == fleetMemberHelper {
+		os.Exit(FleetMemberMain(os.Args[1:]))
+	} else if mode != "" {
 		os.Exit(runHelper(mode))
 	}
 	leaktest.Main(m)

@@ -1,0 +1,436 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testkit/pgcluster"
+	"github.com/oncekit/oncekit/internal/wait"
+	"github.com/oncekit/oncekit/outbox/fleet"
+)
+
+// FleetOptions configure a fleet run (RunFleet).
+type FleetOptions struct {
+	// Duration is how long writes and faults last; the drain follows. At
+	// least 30s; 2m gives the stopped database its full 60 s.
+	Duration time.Duration
+	// Dir holds data and logs. Defaults to a new temp directory, removed
+	// after a passing run.
+	Dir string
+	// Seed makes the choice of processes to kill repeatable.
+	Seed uint64
+	// Member returns how to start one fleet process with args (those of
+	// FleetMemberMain): the binary, its arguments and extra environment.
+	// Required: the chaos command runs itself, a test its test binary.
+	Member func(args []string) (path string, argv, env []string)
+	// Repartition, when set, is called once during the fault phase on one
+	// live database with a new partition count: the hook for online
+	// repartitioning ((*outbox.Outbox).Repartition), which this build does
+	// not have. Nil skips it (repartitions=0).
+	Repartition func(ctx context.Context, db *pgxpool.Pool, partitions int) error
+	// Log receives progress lines. Defaults to io.Discard.
+	Log io.Writer
+}
+
+// The fleet run's shape. Eleven databases: five on each of two clusters and
+// one alone on a third, which is stopped; thirty members in five processes.
+const (
+	fleetProcesses     = 5
+	fleetPerProcess    = 6
+	fleetReplicas      = 3
+	fleetDBsPerCluster = 5
+	fleetRate          = 50 // events per second per database
+	fleetBatch         = 5  // events per writing transaction
+	fleetPartitions    = 16 // migration 011's count
+	fleetMaxConns      = 5  // fleet.Config's default MaxConnsPerDatabase
+	fleetLease         = 3 * time.Second
+	fleetMemberTTL     = 3 * time.Second
+	fleetPoll          = 250 * time.Millisecond
+	fleetApp           = "fleetchaos-fleet"
+)
+
+// fleetPhases splits d: warm-up (then until the leases stand still), the
+// database stop (60 s, or half of a shorter run), a baseline window
+// without faults, and the kills (at least one process kill and one NATS
+// node kill).
+func fleetPhases(d time.Duration) (warm, base, down, kills time.Duration) {
+	warm, base, down = min(10*time.Second, d/8), min(20*time.Second, d/6), min(60*time.Second, d/2)
+	return warm, base, down, d - warm - base - down
+}
+
+// RunFleet runs a relay fleet under faults and checks it: a three-node
+// JetStream cluster, three throwaway PostgreSQL clusters holding eleven
+// outbox databases written at 50 events/s each, thirty fleet members (k=3)
+// in five processes; it stops the third cluster's database for up to 60 s,
+// keeps a baseline window with every database up and no fault, then
+// SIGKILLs fleet processes (restarted) and NATS nodes, drains, and checks
+// what reached the stream (CheckFleet).
+func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error) {
+	log := opt.Log
+	if log == nil {
+		log = io.Discard
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(log, "chaos-fleet: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+	if opt.Duration < 30*time.Second {
+		return nil, fmt.Errorf("chaos-fleet: duration %s is below 30s", opt.Duration)
+	}
+	if opt.Member == nil {
+		return nil, errors.New("chaos-fleet: FleetOptions.Member is required")
+	}
+	if opt.Seed == 0 {
+		opt.Seed = uint64(time.Now().UnixNano())
+	}
+	if opt.Dir == "" {
+		if opt.Dir, err = os.MkdirTemp("", "oncekit-chaos-fleet-"); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err == nil && v.Pass() {
+				_ = os.RemoveAll(opt.Dir)
+			}
+		}()
+	}
+	if err := os.Chmod(opt.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(opt.Seed, 3))
+	warm, base, downFor, killFor := fleetPhases(opt.Duration)
+	logf("seed %d, dir %s, duration %s: warm-up %s, database down %s, baseline %s, kills %s", opt.Seed, opt.Dir, opt.Duration, warm, downFor, base, killFor)
+
+	cluster, err := StartNATSCluster(ctx, filepath.Join(opt.Dir, "nats"), 3)
+	if err != nil {
+		return nil, err
+	}
+	defer cluster.Close()
+	natsURL := strings.Join(cluster.URLs(), ",")
+	if err := fleetStream(ctx, natsURL); err != nil {
+		return nil, err
+	}
+
+	var pgs []*pgcluster.Cluster
+	defer func() {
+		for _, c := range pgs {
+			c.Close()
+		}
+	}()
+	for _, n := range []string{"pg-a", "pg-b", "pg-c"} {
+		dir := filepath.Join(opt.Dir, n)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		c, err := StartPG(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		pgs = append(pgs, c)
+	}
+	var dbs []*fleetDB
+	defer func() {
+		for _, d := range dbs {
+			d.pool.Close()
+		}
+	}()
+	for i := range 2*fleetDBsPerCluster + 1 {
+		d, err := newFleetDB(ctx, pgs[min(i/fleetDBsPerCluster, 2)], fmt.Sprintf("db%02d", i))
+		if err != nil {
+			return nil, err
+		}
+		dbs = append(dbs, d)
+	}
+	downDB := dbs[len(dbs)-1]
+	file := filepath.Join(opt.Dir, "fleet.json")
+	b, err := fleetFile(dbs)
+	if err == nil {
+		err = os.WriteFile(file, b, 0o600)
+	}
+	if err != nil {
+		return nil, err
+	}
+	logf("%d databases on %d PostgreSQL clusters (%s), migrations applied; nats %s", len(dbs), len(pgs), pgs[0].Addr()+" "+pgs[1].Addr()+" "+pgs[2].Addr(), natsURL)
+
+	// The killed processes come back after a lease, so that what their
+	// death moved is measured before their new members join.
+	sup, err := NewSupervisor(SupervisorConfig{Dir: opt.Dir, Backoff: fleetLease + time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer sup.Stop()
+	var procs []string
+	for i := range fleetProcesses {
+		name := fmt.Sprintf("fleet-%d", i)
+		mf := fleetMemberFlags{nats: natsURL, file: file, bucket: "fleetchaos", prefix: name, app: fleetApp,
+			members: fleetPerProcess, replicas: fleetReplicas, ttl: fleetMemberTTL, lease: fleetLease, poll: fleetPoll}
+		path, argv, env := opt.Member(mf.args())
+		if err := sup.Start(Role{Name: name, Path: path, Args: argv, Env: env}); err != nil {
+			return nil, err
+		}
+		procs = append(procs, name)
+	}
+	logf("%d fleet members (k=%d) in %d processes, logs in %s", fleetProcesses*fleetPerProcess, fleetReplicas, fleetProcesses, opt.Dir)
+
+	obs := &FleetObservations{Members: fleetProcesses * fleetPerProcess, DownDB: downDB.name, Lease: fleetLease,
+		Budget: fleetReplicas * fleet.Budget(fleetPartitions, fleetReplicas, fleetMaxConns)}
+	for _, d := range dbs {
+		obs.Databases = append(obs.Databases, d.name)
+	}
+	// Load and sampling run in the background until the fault phases end.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var bg sync.WaitGroup
+	sampler := &connSampler{app: fleetApp, max: map[string]int{}, steadyMax: map[string]int{}}
+	admin := make([]*pgxpool.Pool, 0, len(pgs))
+	for _, c := range pgs {
+		p, err := pgxpool.New(ctx, c.URL("postgres")+"&application_name=fleetchaos&connect_timeout=2")
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		admin = append(admin, p)
+	}
+	bg.Go(func() { sampler.run(loadCtx, admin) })
+	var wmu sync.Mutex
+	var commits, failures int
+	for _, d := range dbs {
+		bg.Go(func() {
+			c, f := d.write(loadCtx, fleetRate, fleetBatch)
+			wmu.Lock()
+			commits, failures = commits+c, failures+f
+			wmu.Unlock()
+		})
+	}
+	start := time.Now()
+	if !wait.Sleep(ctx, warm) {
+		return nil, ctx.Err()
+	}
+	// The members have joined once every lease stood still for a lease.
+	settleLeases(ctx, dbs)
+	sampler.steady.Store(true) // no member joins or leaves until the kills
+
+	// One database stopped: its cluster, by `pg_ctl stop -m immediate`.
+	logf("stopping %s (cluster %s) for %s", downDB.name, pgs[2].Addr(), downFor)
+	if err := pgs[2].StopImmediate(); err != nil {
+		return nil, err
+	}
+	obs.DBStops++
+	wait.Sleep(ctx, downFor)
+	// The outage's last stretch, as long as the baseline that follows it:
+	// the two windows are compared under the same load on the machine.
+	obs.Down = Window{From: time.Now().Add(-base), To: time.Now()}
+	if err := pgs[2].Start(ctx); err != nil {
+		return nil, fmt.Errorf("start %s again: %w", pgs[2].Addr(), err)
+	}
+	logf("%s is up again", downDB.name)
+	// The baseline: every database up, no fault.
+	obs.Baseline = Window{From: time.Now()}
+	if !wait.Sleep(ctx, base) {
+		return nil, ctx.Err()
+	}
+	obs.Baseline.To = time.Now()
+
+	sampler.steady.Store(false)
+	// Kills: a fleet process, then a NATS node, and so on until the phase
+	// ends; after each process kill, the wait for its partitions' new owners.
+	live := dbs[:len(dbs)-1] // the stopped database's relays may still be backing off
+	end := time.Now().Add(killFor)
+	repartitioned := false
+	for i := 0; time.Now().Before(end) || len(obs.Kills) == 0 || obs.NATSNodeKills == 0; i++ {
+		if i%2 == 1 {
+			n := rng.IntN(3)
+			logf("killing NATS node %s", cluster.ServerName(n))
+			if err := cluster.Kill(n); err != nil {
+				return nil, err
+			}
+			obs.NATSNodeKills++
+			wait.Sleep(ctx, 3*time.Second)
+			if err := cluster.Restart(ctx, n); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// REPARTITION HOOK: online repartitioning, when the build has it,
+		// runs here once, on a live database, while members die around it.
+		if opt.Repartition != nil && !repartitioned {
+			repartitioned = true
+			if err := opt.Repartition(ctx, live[0].pool, 2*fleetPartitions); err != nil {
+				return nil, fmt.Errorf("repartition %s: %w", live[0].name, err)
+			}
+			obs.Repartitions++
+		}
+		// The leases settle first, so that what moves is what this
+		// death moved, not what the last restart still moves.
+		settleLeases(ctx, live)
+		var up []string
+		for _, p := range procs {
+			if sup.PID(p) != 0 && (len(obs.Kills) == 0 || p != obs.Kills[len(obs.Kills)-1].Process) {
+				up = append(up, p)
+			}
+		}
+		k, err := killFleetProcess(ctx, sup, up[rng.IntN(len(up))], live)
+		if err != nil {
+			return nil, err
+		}
+		logf("killed %s (%d members): partitions owned again after %s, %d of %d leases moved", k.Process, k.Members, k.Reown, k.Moved, k.Total)
+		obs.Kills = append(obs.Kills, k)
+	}
+	stopLoad()
+	bg.Wait()
+	logf("load stopped after %s: %d commits, %d failed (the stopped database's)", time.Since(start).Round(time.Second), commits, failures)
+
+	if err := drainFleet(ctx, dbs, 90*time.Second, logf); err != nil {
+		logf("drain: %v", err)
+	}
+	for _, d := range dbs {
+		w, err := d.written(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read %s's writes: %w", d.name, err)
+		}
+		obs.Written = append(obs.Written, w...)
+	}
+	if obs.Stream, err = readStream(ctx, cluster.URLs(), "FLEETCHAOS"); err != nil {
+		return nil, err
+	}
+	obs.MaxConns, obs.MaxConnsHandover = sampler.snapshot()
+	v = CheckFleet(obs)
+	for _, e := range v.Examples {
+		logf("%s", e)
+	}
+	return v, nil
+}
+
+// fleetStream creates the run's stream: three replicas, JetStream's own
+// 2-minute dedup window, so that "duplicates" counts what it let through.
+func fleetStream(ctx context.Context, natsURL string) error {
+	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, err = natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: "FLEETCHAOS", Subjects: []string{fleetSubject + ".>"}, Replicas: 3, Duplicates: 2 * time.Minute})
+	return err
+}
+
+// killFleetProcess SIGKILLs process name and waits until every partition
+// of the live databases has an unexpired lease held by a member that did
+// not die with it, or 3 leases.
+func killFleetProcess(ctx context.Context, sup *Supervisor, name string, live []*fleetDB) (FleetKill, error) {
+	before := map[string]map[int]string{}
+	for _, d := range live {
+		o, err := d.owners(ctx)
+		if err != nil {
+			return FleetKill{}, err
+		}
+		before[d.name] = o
+	}
+	pid := sup.PID(name)
+	k := FleetKill{Process: name, At: time.Now(), Members: fleetPerProcess, Reown: -1}
+	if err := sup.Kill(name); err != nil {
+		return k, err
+	}
+	deadline := time.Now().Add(3 * fleetLease)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		moved, total, owned := 0, 0, true
+		for _, d := range live {
+			o, err := d.owners(ctx)
+			if err != nil {
+				owned = false
+				break
+			}
+			for p, owner := range o {
+				total++
+				if owner == "" || killedBy(owner, name, pid) {
+					owned = false
+				}
+				if before[d.name][p] != owner {
+					moved++
+				}
+			}
+		}
+		if owned {
+			k.Reown, k.Moved, k.Total = time.Since(k.At), moved, total
+			break
+		}
+		wait.Sleep(ctx, 100*time.Millisecond)
+	}
+	return k, ctx.Err()
+}
+
+// settleLeases waits until every partition of dbs is owned and no owner
+// changed for a lease, or 4 leases.
+func settleLeases(ctx context.Context, dbs []*fleetDB) {
+	ctx, cancel := context.WithTimeout(ctx, 4*fleetLease)
+	defer cancel()
+	var last map[string]map[int]string
+	stableSince := time.Now()
+	_ = wait.Until(ctx, 250*time.Millisecond, func(ctx context.Context) error {
+		now := map[string]map[int]string{}
+		for _, d := range dbs {
+			o, err := d.owners(ctx)
+			if err != nil {
+				return err
+			}
+			for p, owner := range o {
+				if owner == "" {
+					return fmt.Errorf("%s: partition %d unowned", d.name, p)
+				}
+			}
+			now[d.name] = o
+		}
+		if !maps.EqualFunc(now, last, maps.Equal) {
+			last, stableSince = now, time.Now()
+		}
+		if time.Since(stableSince) < fleetLease {
+			return errors.New("leases still moving")
+		}
+		return nil
+	})
+}
+
+// drainFleet waits until no database has an unpublished event, saying
+// every 10 s which still have some.
+func drainFleet(ctx context.Context, dbs []*fleetDB, within time.Duration, logf func(string, ...any)) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	said := time.Now()
+	return wait.Until(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+		var left []string
+		for _, d := range dbs {
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			n, err := d.pending(qctx)
+			cancel()
+			switch {
+			case err != nil:
+				left = append(left, fmt.Sprintf("%s: %v", d.name, err))
+			case n > 0:
+				left = append(left, fmt.Sprintf("%s: %d", d.name, n))
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Since(said) > 10*time.Second {
+			said = time.Now()
+			logf("draining: %s", strings.Join(left, ", "))
+		}
+		return fmt.Errorf("unpublished: %s", strings.Join(left, ", "))
+	})
+}
