@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -23,6 +24,10 @@ type members struct {
 	// that a list misses is looked up by its key before it counts as gone,
 	// and a list holds each member once.
 	last []string
+	// ttl is the members' TTL; lossSince is when looks began to find a
+	// large part of last gone, zero while they do not (see list).
+	ttl       time.Duration
+	lossSince time.Time
 }
 
 // joinBucket creates the bucket, or updates it to c's TTL: the members of
@@ -38,7 +43,7 @@ func joinBucket(ctx context.Context, js jetstream.JetStream, c *Config) (*member
 	if err != nil {
 		return nil, fmt.Errorf("fleet: members bucket %q: %w", c.Bucket, err)
 	}
-	return &members{kv: kv, id: c.ID, key: memberKey(c.ID)}, nil
+	return &members{kv: kv, id: c.ID, key: memberKey(c.ID), ttl: c.MemberTTL}, nil
 }
 
 // memberKey is id as a key-value key (any bytes: base64url, no padding).
@@ -84,6 +89,25 @@ func (m *members) list(ctx context.Context) ([]string, error) {
 	// The listing also repeats a key rewritten while it was read.
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
+	// A look that finds more than a quarter of the last list gone at once
+	// is believed only once the loss has lasted a MemberTTL: for a second
+	// or two after a NATS node restarts, its replica of the bucket answers
+	// lists and gets before it has caught up (30 members listed as 1, then
+	// 5, 12, 19), and a member that believed it would start relays for
+	// nearly every database, far over their connection budget (seen in
+	// make chaos-fleet). A real departure of that many moves their
+	// databases a MemberTTL later; one of fewer, at once. Only the
+	// duration is measured here, so a member's clock does not matter.
+	if lost := len(m.last) - len(ids); lost >= 2 && 4*lost > len(m.last) {
+		now := time.Now()
+		if m.lossSince.IsZero() {
+			m.lossSince = now
+		}
+		if now.Sub(m.lossSince) < m.ttl {
+			return slices.Clone(m.last), nil
+		}
+	}
+	m.lossSince = time.Time{}
 	m.last = ids
 	return slices.Clone(ids), nil
 }
