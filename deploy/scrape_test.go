@@ -97,6 +97,8 @@ func TestPrometheusScrapesTheDaemons(t *testing.T) {
 	// Four partitions, stated in the database as the migrations do.
 	_, err = db.Pool.Exec(ctx, `DELETE FROM relay_partitions WHERE partition >= 4`)
 	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE outbox_epoch SET partitions = 4`)
+	require.NoError(t, err)
 	relayAddr, dispatchAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	name := testenv.Name(t)
 	start(t, "relay", env, bin, "relay", "--listen", relayAddr,

@@ -64,6 +64,7 @@ var (
 		{"outbox", sel}, {"relay_partitions", sel}, {"relay_nodes", sel}, {"processed_messages", sel},
 		{"dead_letters", sel}, {"side_effects", sel}, {"idempotency_keys", sel},
 		{"logical_slots", sel}, // outbox.SlotStatus
+		{"outbox_epoch", sel},  // the partition count and a repartition's phase
 	}
 )
 
@@ -73,18 +74,20 @@ var (
 var needs = map[Component][]tableGrant{
 	Producer: {
 		{"outbox", []string{"SELECT", "INSERT"}}, // INSERT ... RETURNING id
-		{"relay_partitions", sel},                // the partition count
+		{"outbox_epoch", sel},                    // the partition count, read by the INSERT
 		{"side_effects", []string{"SELECT", "INSERT"}},
 	},
 	Relay: {
-		{"outbox", []string{"SELECT", "UPDATE", "DELETE"}}, // read, settle, retention
-		{"relay_partitions", []string{"SELECT", "UPDATE"}}, // leases and cursors
+		{"outbox", []string{"SELECT", "UPDATE", "DELETE"}},           // read, settle, retention
+		{"relay_partitions", []string{"SELECT", "UPDATE", "DELETE"}}, // leases, cursors, partitions retired
 		{"relay_nodes", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+		{"outbox_epoch", []string{"SELECT", "UPDATE"}}, // a repartition's barrier lifted
 	},
 	LogicalRelay: {
 		{"outbox", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-		{"relay_partitions", []string{"SELECT", "UPDATE"}},
+		{"relay_partitions", []string{"SELECT", "UPDATE", "DELETE"}},
 		{"relay_nodes", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+		{"outbox_epoch", []string{"SELECT", "UPDATE"}},
 		{"logical_slots", []string{"SELECT", "INSERT", "UPDATE"}}, // SetUpLogical records the slot it creates, the relay where it stands
 	},
 	Consumer: {
@@ -111,6 +114,7 @@ var needs = map[Component][]tableGrant{
 		{"idempotency_business_keys", []string{"SELECT", "DELETE"}}, // an edge record released (DELETE ... WHERE reads)
 		{"console_audit", []string{"SELECT", "INSERT"}},
 		{"logical_slots", sel}, // outbox.SlotStatus
+		{"outbox_epoch", sel},  //
 	},
 	Drift: readAll,
 }

@@ -17,6 +17,12 @@
 // could still add an earlier row has ended. Several relay processes share the
 // partitions fairly; different keys are published in parallel.
 //
+// The partition count is stated in the database (outbox_epoch) and changed
+// online by Repartition: the rows written after the change (a new epoch)
+// are published only once those written before it are, except behind a
+// parked or retrying row of the earlier epoch, which holds only its key
+// (docs/decisions/037-online-repartitioning.md).
+//
 // A message the broker keeps rejecting blocks only its own key, is retried
 // with exponential backoff, and is parked after RelayConfig.MaxAttempts
 // attempts: still in the table, visible, and released with Unpark (CLI:

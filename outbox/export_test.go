@@ -26,3 +26,16 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 // SweepSQL is the relay's sweep statement for schema, for the external
 // tests.
 func SweepSQL(schema string) string { return renderRelaySQL(schema).sweep }
+
+// NoBarrier turns a repartition's barrier in the relays off (true) or on,
+// to show what the relays did without it.
+func NoBarrier(off bool) { noBarrier.Store(off) }
+
+// PartitionExpr is partitionExpr, for the external tests.
+var PartitionExpr = partitionExpr
+
+// PartitionHash is partitionHash, for the external tests.
+var PartitionHash = partitionHash
+
+// InsertSQL is Enqueue's INSERT for schema, for the external tests.
+func InsertSQL(schema string) string { return renderOutboxSQL(schema).insert }

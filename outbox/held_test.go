@@ -102,15 +102,15 @@ func TestUpgradeFrom004KeepsPendingRowsPending(t *testing.T) {
 	// and leases (a relay of 004 created the partitions' rows).
 	exec(`INSERT INTO relay_partitions (partition) SELECT generate_series(0, 15)`)
 	published := []broker.Message{b.msg("k1", 0), b.msg("", 0), b.msg("k2", 0)}
-	enqueue(t, b.db, b.ob, published...)
+	enqueue004(t, b, published...)
 	ids := []any{published[0].ID, published[1].ID, published[2].ID}
 	exec(`WITH d AS (DELETE FROM outbox WHERE id IN ($1, $2, $3) RETURNING *)
 		INSERT INTO outbox_published (id, seq, partition, ordering_key, subject, created_at, attempts)
 		SELECT id, seq, partition, ordering_key, subject, created_at, 1 FROM d`, ids...)
 	pending := []broker.Message{b.msg("k1", 1), b.msg("k1", 2), b.msg("k2", 1), b.msg("", 1)}
-	enqueue(t, b.db, b.ob, pending...)
+	enqueue004(t, b, pending...)
 	parked, k3next := b.msg("k3", 0), b.msg("k3", 1)
-	enqueue(t, b.db, b.ob, parked, k3next)
+	enqueue004(t, b, parked, k3next)
 	exec(`UPDATE outbox SET attempts = 10, next_attempt_at = now(), parked_at = now(), last_error = 'no stream' WHERE id = $1`, parked.ID)
 	exec(`INSERT INTO relay_partitions (partition, owner, token, expires_at)
 		SELECT generate_series(0, 15), 'old', 7, now() - interval '1 minute'
@@ -156,4 +156,15 @@ func TestUpgradeFrom004KeepsPendingRowsPending(t *testing.T) {
 	requireExactlyOnceInOrder(t, readStream(t, b.stream), append(pending, parked, k3next))
 	require.Eventually(t, func() bool { return backlog(t, b) == 0 }, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, len(published)+len(pending)+2, publishedRows(t, b.db))
+}
+
+// enqueue004 writes msgs as a writer of release 004 did: the partition
+// computed from the count of 16, no epoch.
+func enqueue004(t *testing.T, b *bundle, msgs ...broker.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		_, err := b.db.Pool.Exec(context.Background(), `INSERT INTO outbox (id, partition, ordering_key, subject, payload)
+			VALUES ($1, $2, $3, $4, $5)`, m.ID, outbox.PartitionOf(m, 16), m.Key, m.Subject, m.Payload)
+		require.NoError(t, err)
+	}
 }

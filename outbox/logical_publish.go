@@ -179,17 +179,14 @@ func (s *session) toTable(ctx context.Context, idx []int, errs map[int]string) e
 		return nil
 	}
 	r := s.r
-	n, err := r.ob.partitionCount(ctx, r.pool)
-	if err != nil {
-		return err
-	}
+	var err error
 	ids := make([]pgtype.UUID, len(idx))
-	parts, attempts := make([]int32, len(idx)), make([]int32, len(idx))
+	hashes, attempts := make([]int64, len(idx)), make([]int32, len(idx))
 	keys, subjects, headers, lastErrs := make([]string, len(idx)), make([]string, len(idx)), make([]*string, len(idx)), make([]*string, len(idx))
 	payloads := make([][]byte, len(idx))
 	for k, i := range idx {
 		e := &s.pending[i]
-		ids[k], parts[k], keys[k], subjects[k] = pgsql.UUID(e.msg.ID), int32(partitionOf(e.msg, n)), e.msg.Key, e.msg.Subject
+		ids[k], hashes[k], keys[k], subjects[k] = pgsql.UUID(e.msg.ID), int64(partitionHash(e.msg)), e.msg.Key, e.msg.Subject
 		payloads[k], attempts[k] = e.msg.Payload, int32(e.attempts)
 		if payloads[k] == nil {
 			payloads[k] = []byte{}
@@ -201,7 +198,7 @@ func (s *session) toTable(ctx context.Context, idx []int, errs map[int]string) e
 			lastErrs[k] = &msg
 		}
 	}
-	if _, err := r.pool.Exec(ctx, r.sql.toTable, ids, parts, keys, subjects, payloads, headers, attempts, lastErrs); err != nil {
+	if _, err := r.pool.Exec(ctx, r.sql.toTable, ids, hashes, keys, subjects, payloads, headers, attempts, lastErrs); err != nil {
 		return fmt.Errorf("outbox: write to the table: %w", err)
 	}
 	r.tbl.probeNow() // the table's relay looks at once
@@ -250,11 +247,11 @@ type logicalSQL struct{ toTable, tableKeys string }
 func renderLogicalSQL(schema string) logicalSQL {
 	return logicalSQL{
 		toTable: pgsql.Render(`
-INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, headers, attempts, last_error, parked_at)
-SELECT m.id, m.partition, m.key, m.subject, m.payload, m.headers::jsonb, m.attempts, m.err,
-	CASE WHEN m.err IS NOT NULL THEN now() END
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[])
-	WITH ORDINALITY AS m(id, partition, key, subject, payload, headers, attempts, err, ord)
+INSERT INTO {schema}.outbox (id, partition, epoch, ordering_key, subject, payload, headers, attempts, last_error, parked_at)
+SELECT m.id, `+partitionExpr("m.h", "(SELECT partitions FROM {schema}.outbox_epoch)")+`, (SELECT epoch FROM {schema}.outbox_epoch),
+	m.key, m.subject, m.payload, m.headers::jsonb, m.attempts, m.err, CASE WHEN m.err IS NOT NULL THEN now() END
+FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[])
+	WITH ORDINALITY AS m(id, h, key, subject, payload, headers, attempts, err, ord)
 ORDER BY m.ord
 ON CONFLICT (id) DO NOTHING`, schema),
 		tableKeys: pgsql.Render(`SELECT DISTINCT ordering_key FROM {schema}.outbox WHERE ordering_key = ANY($1::text[])`, schema),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/oncekit/oncekit"
@@ -29,8 +30,8 @@ const (
 	// NATS's default max_payload.
 	DefaultMaxPayload = 1 << 20
 	// DefaultPartitions is the number of partitions the migrations give a
-	// new schema. The count is the rows of relay_partitions, which writers
-	// and relays read: it is stated once, in the database.
+	// new schema. The count is stated once, in the database (outbox_epoch),
+	// and changed online by Repartition.
 	DefaultPartitions = 16
 )
 
@@ -74,7 +75,6 @@ type Config struct {
 // transaction. It is safe for concurrent use.
 type Outbox struct {
 	schema     string
-	partitions atomic.Int32 // read from the database by the first Enqueue
 	maxPayload int
 	notify     bool
 	logical    bool
@@ -164,15 +164,11 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 	}
 	ids := make([]uuid.UUID, len(msgs))
 	rawIDs := make([]pgtype.UUID, len(msgs)) // binary encoding in every query execution mode
-	parts := make([]int32, len(msgs))
+	hashes := make([]int64, len(msgs))
 	keys := make([]string, len(msgs))
 	subjects := make([]string, len(msgs))
 	payloads := make([][]byte, len(msgs))
 	headers := make([]*string, len(msgs))
-	n, err := o.partitionCount(ctx, tx)
-	if err != nil {
-		return EnqueueResult{}, err
-	}
 	tc := o.prop.Inject(ctx)
 	for i, m := range msgs {
 		if err := validate(i, m, o.maxPayload); err != nil {
@@ -182,7 +178,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 			m.Headers = withTrace(m.Headers, tc)
 		}
 		ids[i], rawIDs[i], keys[i], subjects[i] = m.ID, pgsql.UUID(m.ID), m.Key, m.Subject
-		parts[i] = int32(partitionOf(m, n))
+		hashes[i] = int64(partitionHash(m)) // its bits: the INSERT takes it modulo the count
 		payloads[i] = m.Payload
 		if payloads[i] == nil {
 			payloads[i] = []byte{}
@@ -196,13 +192,13 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 			headers[i] = &s
 		}
 	}
-	rows, err := tx.Query(ctx, o.sql.insert, rawIDs, parts, keys, subjects, payloads, headers)
+	rows, err := tx.Query(ctx, o.sql.insert, rawIDs, hashes, keys, subjects, payloads, headers)
 	if err != nil {
-		return EnqueueResult{}, fmt.Errorf("outbox: insert: %w", err)
+		return EnqueueResult{}, insertError(err)
 	}
 	inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return EnqueueResult{}, fmt.Errorf("outbox: insert: %w", err)
+		return EnqueueResult{}, insertError(err)
 	}
 	res := EnqueueResult{Inserted: len(inserted)}
 	if len(inserted) < len(msgs) {
@@ -225,6 +221,21 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, msgs ...broker.Message)
 		}
 	}
 	return res, nil
+}
+
+// ErrNoEpoch is returned by Enqueue when outbox_epoch, where the partition
+// count is stated, has no row: the migrations were not run to 023, or the
+// row was deleted. Nothing is written.
+var ErrNoEpoch = errors.New("outbox: outbox_epoch has no row: run the migrations")
+
+// insertError is the error of Enqueue's INSERT: ErrNoEpoch for a partition
+// or epoch left NULL by a missing outbox_epoch row.
+func insertError(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "23502" && (pg.ColumnName == "partition" || pg.ColumnName == "epoch") {
+		return fmt.Errorf("%w (%s)", ErrNoEpoch, pg.Message)
+	}
+	return fmt.Errorf("outbox: insert: %w", err)
 }
 
 // withTrace returns h plus the headers of tc that h does not set (in any
@@ -252,41 +263,34 @@ func withTrace(h map[string]string, tc tracecontext.Carrier) map[string]string {
 	return out
 }
 
-// PartitionCount returns the outbox's partition count (relay_partitions,
-// which the migrations fill), read from q once and then remembered: for a
-// caller that sizes a relay's pool before it starts.
+// PartitionCount returns the partition count writers use now
+// (outbox_epoch, which the migrations fill and Repartition changes), read
+// from q on every call: for a caller that sizes a relay's pool before it
+// starts.
 func (o *Outbox) PartitionCount(ctx context.Context, q oncekit.Querier) (int, error) {
-	return o.partitionCount(ctx, q)
-}
-
-// partitionCount returns the number of partitions, read from the
-// database once (relay_partitions, which the migrations fill).
-
-func (o *Outbox) partitionCount(ctx context.Context, q oncekit.Querier) (int, error) {
-	if n := o.partitions.Load(); n > 0 {
-		return int(n), nil
-	}
 	var n int32
 	if err := q.QueryRow(ctx, o.sql.partitions).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: read the partition count: %w", err)
 	}
-	if n < 1 {
-		return 0, errors.New("outbox: relay_partitions is empty: run the migrations")
-	}
-	o.partitions.Store(n)
 	return int(n), nil
 }
 
-// partitionOf returns m's partition among n: a stable hash (FNV-1a, 64 bit)
-// of m.Key, or of m.ID's bytes when the key is empty, modulo n.
+// partitionOf returns m's partition among n: partitionHash modulo n. The
+// INSERT computes the same (partitionExpr) with the count it reads.
 func partitionOf(m broker.Message, n int) int {
+	return int(partitionHash(m) % uint64(n))
+}
+
+// partitionHash is a stable hash (FNV-1a, 64 bit) of m.Key, or of m.ID's
+// bytes when the key is empty.
+func partitionHash(m broker.Message) uint64 {
 	h := fnv.New64a()
 	if m.Key != "" {
 		_, _ = h.Write([]byte(m.Key))
 	} else {
 		_, _ = h.Write(m.ID[:])
 	}
-	return int(h.Sum64() % uint64(n))
+	return h.Sum64()
 }
 
 // NotifyChannel is the LISTEN/NOTIFY channel of the outbox in schema.

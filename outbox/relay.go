@@ -103,7 +103,11 @@ type Relay struct {
 	// fatal ends Run with its cause (a *ClusterMovedError) while it runs.
 	fatal atomic.Pointer[context.CancelCauseFunc]
 
-	ob *Outbox // its schema, and the partition count it read once
+	ob *Outbox // its schema
+	// parts is the partition count the relay serves: the rows of
+	// relay_partitions, read at start and on every lease round.
+	parts atomic.Int32
+	bar   barrier
 
 	mu      sync.Mutex
 	workers map[int]*worker
@@ -154,6 +158,7 @@ func NewRelay(pool oncekit.Pool, ob *Outbox, pub broker.Publisher, cfg *RelayCon
 		drained: make(chan struct{}, 1),
 		probeCh: make(chan struct{}, 1),
 		workers: map[int]*worker{},
+		bar:     newBarrier(),
 	}, nil
 }
 
@@ -234,9 +239,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer stop(nil)
 	r.fatal.Store(&stop)
 	defer r.fatal.Store(nil)
-	r.log.Info("relay started", "partitions", r.ob.partitions.Load(), "batch", r.cfg.BatchSize, "poll_only", !listen)
+	r.log.Info("relay started", "partitions", r.parts.Load(), "batch", r.cfg.BatchSize, "poll_only", !listen)
 	var wg sync.WaitGroup
-	loops := []func(context.Context){r.probeLoop, r.pruneLoop, r.statsLoop}
+	loops := []func(context.Context){r.probeLoop, r.pruneLoop, r.statsLoop, r.barrierLoop}
 	if listen {
 		loops = append(loops, r.listenLoop)
 	}
@@ -255,8 +260,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// setup reads the partition count, which the migrations stated once, and
-// checks that no partition is ahead of the server.
+// setup reads the partition count and checks that no partition is ahead
+// of the server.
 func (r *Relay) setup(ctx context.Context) error {
 	n, err := r.partitionCount(ctx)
 	if err != nil {
@@ -265,9 +270,19 @@ func (r *Relay) setup(ctx context.Context) error {
 	return r.checkMoved(ctx, allPartitions(n))
 }
 
-// partitionCount is the outbox's partition count, read once.
+// partitionCount reads the partition count the relay serves: the rows of
+// relay_partitions, the writers' count and, while a repartition that shrank
+// it has not retired them, the partitions beyond.
 func (r *Relay) partitionCount(ctx context.Context) (int, error) {
-	return r.ob.partitionCount(ctx, r.pool)
+	var n int32
+	if err := r.pool.QueryRow(ctx, r.sql.relayPartitions).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: read the partition count: %w", err)
+	}
+	if n < 1 {
+		return 0, errors.New("outbox: relay_partitions is empty: run the migrations")
+	}
+	r.parts.Store(n)
+	return int(n), nil
 }
 
 // shutdown stops every worker after its batch, releases the leases and

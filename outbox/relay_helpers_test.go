@@ -282,4 +282,6 @@ func setPartitions(t *testing.T, db *testenv.DB, n int) {
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `INSERT INTO relay_partitions (partition) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`, n)
 	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE outbox_epoch SET partitions = $1`, n)
+	require.NoError(t, err)
 }

@@ -15,6 +15,7 @@ import (
 func (r *Relay) leaseLoop(ctx context.Context) {
 	every := r.cfg.Lease / 3
 	for {
+		r.epochRound(ctx)
 		r.balance(ctx)
 		r.checkPartitions(ctx)
 		if !wait.Sleep(ctx, every) {
@@ -95,7 +96,7 @@ func (r *Relay) balance(ctx context.Context) {
 		r.mu.Unlock()
 	}
 
-	share := (int(r.ob.partitions.Load()) + live - 1) / live
+	share := (int(r.parts.Load()) + live - 1) / live
 	r.mu.Lock()
 	active := make([]int, 0, len(r.workers))
 	for p, w := range r.workers {
@@ -148,7 +149,7 @@ func (r *Relay) heldPartitions() []int32 {
 }
 
 func (r *Relay) acquire(ctx context.Context, n int, start time.Duration) {
-	rows, err := r.pool.Query(ctx, r.sql.acquire, r.cfg.ID, r.cfg.Lease.Seconds(), n, int(r.ob.partitions.Load()))
+	rows, err := r.pool.Query(ctx, r.sql.acquire, r.cfg.ID, r.cfg.Lease.Seconds(), n, int(r.parts.Load()))
 	if err != nil {
 		r.failed("acquire", err, "acquiring partitions failed")
 		return
@@ -246,13 +247,13 @@ func (r *Relay) workerDone(w *worker) {
 	r.m.setOwned(r.ownedLocked())
 }
 
-// checkPartitions reports rows that no relay will ever publish because their
-// writer uses more partitions than this relay.
+// checkPartitions reports rows that no relay will ever publish because
+// their partition has no row in relay_partitions.
 func (r *Relay) checkPartitions(ctx context.Context) {
 	var beyond bool
-	if err := r.pool.QueryRow(ctx, r.sql.partitionsBeyond, int(r.ob.partitions.Load())).Scan(&beyond); err != nil || !beyond {
+	if err := r.pool.QueryRow(ctx, r.sql.partitionsBeyond, int(r.parts.Load())).Scan(&beyond); err != nil || !beyond {
 		return
 	}
-	r.log.Error("the outbox holds rows in partitions this relay does not serve: relay_partitions changed while it ran; restart the relays",
-		"partitions", int(r.ob.partitions.Load()))
+	r.log.Error("the outbox holds rows in partitions beyond relay_partitions: rows were deleted from it by hand; run the migrations",
+		"partitions", int(r.parts.Load()))
 }

@@ -289,6 +289,7 @@ func (r *Relay) fetchFrom(ctx context.Context, q oncekit.Querier, w *worker) (ou
 	defer rows.Close()
 	out = make([]outboxRow, 0, r.cfg.BatchSize)
 	var headers []byte // reused: only decoded, never kept
+	var barred bool
 	for rows.Next() {
 		out = append(out, outboxRow{})
 		row := &out[len(out)-1]
@@ -296,8 +297,17 @@ func (r *Relay) fetchFrom(ctx context.Context, q oncekit.Querier, w *worker) (ou
 		// The ID is scanned as its 16 bytes: through uuid.UUID's
 		// sql.Scanner pgx would format it as text and parse it back.
 		if err := rows.Scan(&row.retry, &row.seq, (*[16]byte)(&row.msg.ID), &row.msg.Key, &row.msg.Subject, &row.msg.Payload,
-			&headers, &row.created, &row.attempts, &row.held, &row.due, &row.keyHeld, &anyHeld); err != nil {
+			&headers, &row.created, &row.attempts, &row.held, &row.due, &row.keyHeld, &anyHeld, &barred); err != nil {
 			return nil, false, fmt.Errorf("outbox: fetch: %w", err)
+		}
+		if barred && !noBarrier.Load() {
+			// A row of the epoch after a repartition, which waits until
+			// every row of the epochs before it is out: the batch ends
+			// before it (the cursor must not pass it), and the relay
+			// watches for the barrier to lift.
+			out = out[:len(out)-1]
+			r.barred(w)
+			break
 		}
 		if len(headers) > 0 {
 			if err := json.Unmarshal(headers, &row.msg.Headers); err != nil {

@@ -24,6 +24,21 @@ func held(alias string) string {
 	return "(" + alias + ".parked_at IS NOT NULL OR " + alias + ".next_attempt_at IS NOT NULL)"
 }
 
+// openEpoch is the last epoch whose rows a relay may publish: the current
+// one or, while a repartition drains (phase 'drain'), the one before it.
+// A main row of a later epoch is barred: the relay stops its batch before it.
+const openEpoch = `(SELECT CASE WHEN phase = 'drain' THEN epoch - 1 ELSE epoch END FROM {schema}.outbox_epoch)`
+
+// olderHeld is true, once a repartition's drain has left only held rows of
+// earlier epochs (phase 'held'), for a row of alias whose key has such a
+// row, in whatever partition: the row waits behind it as a follower does
+// behind its key's blocked row. Other phases cost the read of one row.
+func olderHeld(alias string) string {
+	return `((SELECT phase FROM {schema}.outbox_epoch) = 'held' AND ` + alias + `.ordering_key <> '' AND EXISTS (
+		SELECT 1 FROM {schema}.outbox x WHERE x.ordering_key = ` + alias + `.ordering_key
+		AND x.epoch < ` + alias + `.epoch AND ` + held("x") + `))`
+}
+
 // cursors lists every partition that has rows (up to the highest one, found
 // at the end of the index outbox_pending) with its cursor as (part, ct, cs).
 // The partitions come from an array: the planner takes a generate_series
@@ -50,8 +65,8 @@ func renderOutboxSQL(schema string) outboxSQL {
 		// notifyAll.
 		notify:    `SELECT pg_notify($1, '')`,
 		notifyAll: `SELECT pg_notify($1, $2)`,
-		// The partition count, stated once: rows 0 to N-1 (migration 011).
-		partitions: partitionsSQL,
+		// The writers' partition count (migration 023).
+		partitions: `SELECT partitions FROM {schema}.outbox_epoch`,
 	}
 	for _, p := range []*string{&q.insert, &q.list, &q.unpark, &q.backlog, &q.backlogByPartition, &q.partitions} {
 		*p = pgsql.Render(*p, schema)
@@ -59,16 +74,43 @@ func renderOutboxSQL(schema string) outboxSQL {
 	return q
 }
 
-const partitionsSQL = `SELECT coalesce(max(partition) + 1, 0)::int4 FROM {schema}.relay_partitions`
+// relayPartitionsSQL is the relays' partition count: the rows 0 to N-1 of
+// relay_partitions (migration 011), the writers' count and the partitions
+// beyond it that a repartition has not retired yet.
+const relayPartitionsSQL = `SELECT ` + relayPartitionsExpr
 
-const insertSQL = `
-INSERT INTO {schema}.outbox (id, partition, ordering_key, subject, payload, headers)
-SELECT m.id, m.partition, m.key, m.subject, m.payload, m.headers::jsonb
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bytea[], $6::text[])
-	WITH ORDINALITY AS m(id, partition, key, subject, payload, headers, ord)
+// insertSQL writes the messages, each in the partition that the count of
+// outbox_epoch gives its key's hash ($2, the 64 bits of partitionHash as a
+// bigint), stamped with the epoch. Reading outbox_epoch takes its ACCESS
+// SHARE lock, which the transaction keeps until it ends: Repartition's ACCESS
+// EXCLUSIVE lock waits for every writer in flight, and a writer that comes
+// after it waits for its commit and then (READ COMMITTED: the statement's
+// snapshot is taken after its locks) sees the new count. The hash modulo the
+// count is partitionOf's, in bigint arithmetic: its two 32-bit halves.
+// Without a row in outbox_epoch the partition is NULL and the INSERT fails
+// (ErrNoEpoch), rather than writing nothing. A REPEATABLE READ or
+// SERIALIZABLE writer reads the count from its transaction's snapshot, which
+// may predate a repartition: for it only, outbox_epoch_fresh (migration 023)
+// takes a share lock on the row, which fails with a serialization error
+// when the row changed since the snapshot.
+var insertSQL = `
+INSERT INTO {schema}.outbox (id, partition, epoch, ordering_key, subject, payload, headers)
+SELECT m.id, ` + partitionExpr("m.h", "(SELECT partitions FROM {schema}.outbox_epoch)") + `,
+	(SELECT epoch FROM {schema}.outbox_epoch), m.key, m.subject, m.payload, m.headers::jsonb
+FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::bytea[], $6::text[])
+	WITH ORDINALITY AS m(id, h, key, subject, payload, headers, ord)
+WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
+	ELSE {schema}.outbox_epoch_fresh() END)
 ORDER BY m.ord
 ON CONFLICT (id) DO NOTHING
 RETURNING id`
+
+// partitionExpr is the SQL of partitionOf: the unsigned 64-bit hash h (a
+// bigint holding its bits) modulo n, as ((hi mod n) * (2^32 mod n) + lo)
+// mod n, which stays within a bigint for any n up to MaxPartitions.
+func partitionExpr(h, n string) string {
+	return "(((((" + h + " >> 32) & 4294967295) % " + n + ") * (4294967296 % " + n + ") + (" + h + " & 4294967295)) % " + n + ")::int"
+}
 
 // listSQL selects by state ($1) at most $2 unpublished rows in publishing
 // order and $2 published ones, newest first. Published history can be large
@@ -140,6 +182,7 @@ var backlogByPartitionSQL = unpublishedSQL + `
 
 // relaySQL holds the relay's statements, rendered once for a schema.
 type relaySQL struct {
+	epochSQL
 	partitionsBeyond                                string
 	heartbeat, acquire, renew, release, removeNode  string
 	probe, sweep, fetch, fetchMain, advance, settle string
@@ -211,7 +254,7 @@ func renderRelaySQL(schema string) relaySQL {
 					ORDER BY o.txid DESC, o.seq DESC LIMIT 1) last
 					WHERE (last.txid, last.seq) > (p.cursor_txid, p.cursor_seq))
 				OR EXISTS (SELECT 1 FROM {schema}.outbox h WHERE h.partition = p.partition AND ` + held("h") + `
-					AND h.parked_at IS NULL AND h.next_attempt_at <= now()
+					AND h.parked_at IS NULL AND h.next_attempt_at <= now() AND NOT ` + olderHeld("h") + `
 					AND (h.ordering_key = '' OR NOT EXISTS (
 						SELECT 1 FROM {schema}.outbox e WHERE e.partition = h.partition
 						AND e.ordering_key = h.ordering_key AND ` + held("e") + `
@@ -228,14 +271,16 @@ func renderRelaySQL(schema string) relaySQL {
 		// Per row: whether it is a retry, whether it is held (a main row only
 		// when it was parked or backing off before migration 005), whether it
 		// is due (not parked, not backing off), and for a main row whether its
-		// key has held rows (it must wait for them); last, whether the
-		// partition has any held row at all.
+		// key has held rows (it must wait for them, or for a held row of an
+		// earlier epoch: olderHeld); whether the partition has any held row
+		// at all; last, whether a main row is barred by a repartition's
+		// drain (openEpoch): the batch ends before it.
 		fetch: `WITH l AS (
 				SELECT cursor_txid, cursor_seq FROM {schema}.relay_partitions
 				WHERE partition = $1 AND owner = $2 AND token = $3 AND expires_at > now()),
 			heads AS (
 				SELECT DISTINCT ON (b.ordering_key) b.ordering_key,
-					b.parked_at IS NULL AND b.next_attempt_at <= now() AS due
+					b.parked_at IS NULL AND b.next_attempt_at <= now() AND NOT ` + olderHeld("b") + ` AS due
 				FROM {schema}.outbox b
 				WHERE b.partition = $1 AND b.ordering_key <> '' AND ` + held("b") + `
 				AND (b.txid, b.seq) <= ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
@@ -251,13 +296,14 @@ func renderRelaySQL(schema string) relaySQL {
 				ORDER BY h.txid, h.seq
 				LIMIT $4)
 			SELECT true, seq, id, ordering_key, subject, payload, headers, created_at, attempts, true, due, false,
-				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `)
+				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `), false
 			FROM retry
 			UNION ALL (
 			SELECT false, o.seq, o.id, o.ordering_key, o.subject, o.payload, o.headers, o.created_at, o.attempts,
 				` + held("o") + `, o.parked_at IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()),
-				o.ordering_key <> '' AND o.ordering_key IN (SELECT ordering_key FROM heads),
-				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `)
+				o.ordering_key <> '' AND (o.ordering_key IN (SELECT ordering_key FROM heads) OR ` + olderHeld("o") + `),
+				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `),
+				o.epoch > ` + openEpoch + `
 			FROM {schema}.outbox o
 			WHERE o.partition = $1
 			AND (o.txid, o.seq) > ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
@@ -275,7 +321,7 @@ func renderRelaySQL(schema string) relaySQL {
 				WHERE partition = $1 AND owner = $2 AND token = $3 AND expires_at > now())
 			SELECT false, o.seq, o.id, o.ordering_key, o.subject, o.payload, o.headers, o.created_at, o.attempts,
 				` + held("o") + `, o.parked_at IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()),
-				false, false
+				` + olderHeld("o") + `, false, o.epoch > ` + openEpoch + `
 			FROM {schema}.outbox o
 			WHERE o.partition = $1
 			AND (o.txid, o.seq) > ((SELECT cursor_txid FROM l), (SELECT cursor_seq FROM l))
@@ -377,6 +423,7 @@ func renderRelaySQL(schema string) relaySQL {
 		oldest: backlogSQL,
 		parked: `SELECT count(*) FROM {schema}.outbox o WHERE o.parked_at IS NOT NULL AND ` + held("o"),
 	}
+	q.epochSQL = renderEpochSQL(schema)
 	q.listen = "LISTEN " + pgx.Identifier{NotifyChannel(schema)}.Sanitize()
 	for _, p := range []*string{
 		&q.partitionsBeyond, &q.heartbeat, &q.acquire, &q.renew, &q.release,

@@ -34,7 +34,7 @@ var commands = byName([]*command{
 	{name: "edge", summary: "list the edge's unknown and stuck records, resolve them (list | resolve)", usage: edgeUsage, subcommands: edgeSubcommands},
 	{name: "effects", summary: "list side effects, retry them, resolve unknown ones (list | retry | resolve | prune)", usage: effectsUsage, subcommands: effectsSubcommands},
 	{name: "migrate", summary: "apply, list or print the schema migrations; grant a runtime role its privileges (up | status | sql | grant)", usage: migrateUsage, subcommands: migrateSubcommands},
-	{name: "outbox", summary: "inspect the outbox, unpark messages, rebase after a cluster move (list | parked | unpark | rebase)", usage: "outbox list|parked|unpark|rebase [flags] [ID...]", subcommands: outboxSubcommands},
+	{name: "outbox", summary: "inspect the outbox, unpark messages, rebase after a cluster move, repartition (list | parked | unpark | rebase | repartition)", usage: "outbox list|parked|unpark|rebase|repartition [flags] [ID...]", subcommands: outboxSubcommands},
 	{name: "relay", summary: "run the outbox relay daemon (outbox → JetStream)", run: runRelay},
 	{name: "status", summary: "one screen: outbox backlog and owners, consumers, dead letters, effects, edge records", run: runStatus},
 })

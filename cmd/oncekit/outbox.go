@@ -13,12 +13,15 @@ import (
 
 // outboxSubcommands are list and parked, which list the outbox's rows,
 // unpark, which gives parked messages back to the relay, and rebase, which
-// moves the cursors after a restore into another cluster (outbox_rebase.go).
+// moves the cursors after a restore into another cluster (outbox_rebase.go),
+// and repartition, which changes the partition count online
+// (outbox_repartition.go).
 func outboxSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 	state := fs.String("state", "", "list: only rows in this state: pending, parked or published")
 	limit := fs.Int("limit", 100, "most rows to list")
 	all := fs.Bool("all", false, "unpark: every parked message")
 	asJSON := fs.Bool("json", false, "list, parked: a JSON array")
+	partitions := fs.Int("partitions", 0, "repartition: the new partition count (0: show the partitioning)")
 	// The checks set these.
 	var ob *outbox.Outbox
 	var ids []uuid.UUID // unpark's
@@ -83,6 +86,7 @@ func outboxSubcommands(e *env, fs *flag.FlagSet, db *dbFlags) *subcommands {
 				return nil
 			}},
 			outboxRebase(e, &ob),
+			outboxRepartition(e, &ob, partitions),
 		},
 	}
 }
