@@ -62,6 +62,10 @@ func Exact(data []byte) ([]byte, error) {
 // objects cost half a gigabyte of copying.
 func canonicalize(data []byte, exact bool) ([]byte, error) {
 	p := &jcsParser{in: data, exact: exact, buf: make([]byte, 0, len(data))}
+	// Every node but the root takes two bytes of input at least (a value
+	// and its separator), so the first chunk is sized to the body: a
+	// request of a hundred bytes does not zero a whole chunk.
+	p.nodes.first = min(nodeChunk, len(data)/2+1)
 	p.skipSpace()
 	root, err := p.value(0)
 	if err != nil {
@@ -110,16 +114,25 @@ type jcsNode struct {
 // nodeStore holds the nodes in chunks of a fixed size: adding one never
 // copies the others, which for half a million nodes in one slice was most
 // of the time (each doubling a long copy the garbage collector waits on).
+//
+// The first chunk starts at the capacity first (when set) and grows by
+// append up to nodeChunk nodes, like the others hold: at() reads by index,
+// and no caller keeps a node's pointer across an add.
 type nodeStore struct {
 	chunks [][]jcsNode
 	n      int
+	first  int
 }
 
 const nodeChunk = 4096
 
 func (s *nodeStore) add(n jcsNode) int32 {
 	if s.n%nodeChunk == 0 {
-		s.chunks = append(s.chunks, make([]jcsNode, 0, nodeChunk))
+		size := nodeChunk
+		if s.n == 0 && s.first > 0 {
+			size = s.first
+		}
+		s.chunks = append(s.chunks, make([]jcsNode, 0, size))
 	}
 	c := &s.chunks[len(s.chunks)-1]
 	*c = append(*c, n)

@@ -154,3 +154,45 @@ func TestJSONLinearMemory(t *testing.T) {
 		require.Less(t, allocated, uint64(6*len(body)), "%s: %d bytes allocated for a body of %d", name, allocated, len(body))
 	}
 }
+
+// A body of any size canonicalizes the same, however its nodes fall into
+// the store's chunks: a small first chunk that grows, then full ones (a
+// document of 30,001 nodes here, members sorted in every object).
+func TestJSONAcrossNodeChunks(t *testing.T) {
+	var in, want strings.Builder
+	in.WriteString("[")
+	want.WriteString("[")
+	for i := range 10000 {
+		if i > 0 {
+			in.WriteString(", ")
+			want.WriteString(",")
+		}
+		n := strconv.Itoa(i)
+		in.WriteString(`{"b": ` + n + `, "a": "` + n + `"}`)
+		want.WriteString(`{"a":"` + n + `","b":` + n + `}`)
+	}
+	in.WriteString("]")
+	want.WriteString("]")
+	got, err := canonical.JSON([]byte(in.String()))
+	require.NoError(t, err)
+	require.Equal(t, want.String(), string(got))
+	for _, small := range []string{`1`, `[]`, `{"a":1}`, `[1,2,3,[4,[5]]]`, `{"z":{"y":{"x":[true,false,null]}}}`} {
+		got, err := canonical.JSON([]byte(small))
+		require.NoError(t, err)
+		var a, b any
+		require.NoError(t, json.Unmarshal([]byte(small), &a))
+		require.NoError(t, json.Unmarshal(got, &b))
+		require.Equal(t, a, b, small)
+	}
+}
+
+// A request body's size: what the edge fingerprints on every request.
+func BenchmarkJSONSmallBody(b *testing.B) {
+	body := []byte(`{"id":"3f0c2a8e-8d1b-4c55-9a7e-0b7e1d2c3a4b","amount":100,"currency":"EUR"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := canonical.JSON(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
