@@ -37,11 +37,6 @@ type FleetOptions struct {
 	// FleetMemberMain): the binary, its arguments and extra environment.
 	// Required: the chaos command runs itself, a test its test binary.
 	Member func(args []string) (path string, argv, env []string)
-	// Repartition, when set, is called once during the fault phase on one
-	// live database with a new partition count: the hook for online
-	// repartitioning ((*outbox.Outbox).Repartition), which this build does
-	// not have. Nil skips it (repartitions=0).
-	Repartition func(ctx context.Context, db *pgxpool.Pool, partitions int) error
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
@@ -263,11 +258,12 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 			}
 			continue
 		}
-		// REPARTITION HOOK: online repartitioning, when the build has it,
-		// runs here once, on a live database, while members die around it.
-		if opt.Repartition != nil && !repartitioned {
+		// Once, a live database's partition count doubles online while
+		// its writer writes and members die around it; the checker's
+		// order and loss counts cover the change.
+		if !repartitioned {
 			repartitioned = true
-			if err := opt.Repartition(ctx, live[0].pool, 2*fleetPartitions); err != nil {
+			if err := live[0].ob.Repartition(ctx, live[0].pool, 2*fleetPartitions); err != nil {
 				return nil, fmt.Errorf("repartition %s: %w", live[0].name, err)
 			}
 			obs.Repartitions++
