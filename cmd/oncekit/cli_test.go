@@ -138,7 +138,7 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{[]string{"dispatch", "--endpoint", "k=https://x", "--secret", "nope!"}, "Config.Secret"},
 		// An unknown subcommand is named before anything else is checked.
 		{[]string{"migrate", "bogus", "x"}, `unknown subcommand "bogus": want up, status, sql or grant`},
-		{[]string{"outbox", "bogus", "--limit", "0"}, `unknown subcommand "bogus": want list, parked, unpark or rebase`},
+		{[]string{"outbox", "bogus", "--limit", "0"}, `unknown subcommand "bogus": want list, parked, unpark, rebase or repartition`},
 		{[]string{"dlq", "bogus", "x1"}, `unknown subcommand "bogus": want list, show, replay or prune`},
 		{[]string{"effects", "bogus"}, `unknown subcommand "bogus": want list, retry, resolve or prune`},
 	} {
