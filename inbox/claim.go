@@ -25,6 +25,9 @@ type txRun struct {
 	seen    map[uuid.UUID]bool
 	blocked map[string]bool // ordered: keys held back by an earlier failure
 	release []uuid.UUID     // claims to give back (held back, or failed under a savepoint)
+	// rolledBack: the handle stage rolled the transaction back at a
+	// message's failure.
+	rolledBack bool
 }
 
 // beginTx begins the transaction of items and claims their pending messages.
@@ -39,7 +42,7 @@ func (c *Consumer) beginTx(ctx context.Context, items []*item, out []outcome, bl
 		blocked = map[string]bool{}
 	}
 	return &txRun{
-		tx: tx, q: newQueueTx(tx), items: items, out: out, claimed: claimed,
+		tx: tx, q: newQueueTx(), items: items, out: out, claimed: claimed,
 		seen: make(map[uuid.UUID]bool, len(items)), blocked: blocked,
 	}, nil
 }

@@ -41,6 +41,9 @@ const (
 	maxIDBytes      = 512
 	maxSubjectBytes = 1024
 	maxReasonBytes  = 2000
+	// maxTermBytes bounds the reason a message terminated at the broker
+	// carries (outDropped).
+	maxTermBytes = 256
 )
 
 // deadKey is the message_id column's value for a raw message ID: the ID
@@ -218,14 +221,15 @@ func (s *Store) RecordDeadLetter(ctx context.Context, q oncekit.Querier, dl Dead
 	return RecordedNothing, refusal, nil
 }
 
-// The dead-letter stage of a batch: the dead letters of its messages are
-// written, each made storable at once (toRow), at the commit, or on its own
-// for a message that ran alone.
+// The dead letters of a batch's messages, each made storable at once
+// (toRow), are written by its commit stage (commitTx): in the transaction,
+// or on its own for a message that ran alone.
 
 // recordDead writes, on q, the dead letter of each message of items whose
 // outcome is outDead, in order (RecordDeadLetter), and logs a refusal. A
 // message for which no row stands (PostgreSQL refused its minimal record
-// too) becomes outDropped: it is to be terminated at the broker. An error
+// too) becomes outDropped: it is to be terminated at the broker, with its
+// reason made readable and short (maxTermBytes). An error
 // is a failure other than a refusal, and stops at its message.
 func (c *Consumer) recordDead(ctx context.Context, q oncekit.Querier, items []*item, out []outcome) error {
 	for i, it := range items {
@@ -242,7 +246,7 @@ func (c *Consumer) recordDead(ctx context.Context, q oncekit.Querier, items []*i
 		case rec == RecordedNothing:
 			c.logger(it).Error("inbox dead letter refused by PostgreSQL, minimal one too; terminating the message at the broker",
 				"err", refusal, "reason", untrusted.Text(dl.Reason, maxReasonBytes))
-			out[i].kind = outDropped
+			out[i].kind, out[i].term = outDropped, untrusted.Text(dl.Reason, maxTermBytes)
 		}
 	}
 	return nil

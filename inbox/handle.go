@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -16,27 +15,41 @@ import (
 // without its handler (a duplicate, a held-back key, a dead letter), each
 // admitted message's handler runs in the batch's transaction (alone, among
 // others, or under a savepoint of its own), and a failure is turned into
-// the message's outcome.
+// the message's outcome. A failure that leaves the transaction unable to
+// commit (any, without savepoints; the message's own, alone) ends it here,
+// with a rollback; the commit stage ends it otherwise.
 
 // runMessages admits and runs r's messages, in order, and sets their
 // outcomes. ended reports that the transaction is over without a commit:
-// rolled back at a message's failure (rolledBack, plain), given up on
-// (alone), or failed (err).
+// rolled back at a message's failure (alone, or plain: rolledBack is the
+// message whose failure it was), or failed (err; runTx rolls it back).
 func (c *Consumer) runMessages(ctx context.Context, mode runMode, r *txRun) (rolledBack int, ended bool, err error) {
 	useUUIDCodec(r.tx)
+	rolledBack = -1
 	for i := range r.items {
 		if !c.admit(r, i) {
 			continue
 		}
-		if rolledBack, ended, err := c.runMessage(ctx, mode, r, i); ended {
-			return rolledBack, true, err
+		if rolledBack, ended, err = c.runMessage(ctx, mode, r, i); ended {
+			break
 		}
 	}
-	if mode == plain && r.q.flush(ctx) != nil {
+	if !ended && mode == plain && r.q.flush(ctx) != nil {
 		// A statement queued by some message failed at the end.
-		return c.queueFailed(ctx, r), true, nil
+		ended = true
 	}
-	return -1, false, nil
+	if !ended || err != nil {
+		return rolledBack, ended, err
+	}
+	_ = r.tx.Rollback(context.WithoutCancel(ctx))
+	r.rolledBack = true
+	if r.q.failed >= 0 {
+		// A statement queued by a message failed (plain): the failure is
+		// that message's, judged once the transaction is rolled back.
+		rolledBack = r.q.failed
+		r.out[rolledBack] = c.failure(r.tx, r.items[rolledBack], r.q.err)
+	}
+	return rolledBack, true, nil
 }
 
 // useUUIDCodec registers RegisterUUID's codec on tx's connection (once per
@@ -97,26 +110,20 @@ func deadKind(reason string) string {
 	return "invalid_id"
 }
 
-// runMessage runs message i of r's transaction and sets its outcome. ended
-// reports that the transaction is over without a commit: rolled back at
-// this message's failure (rolledBack, plain), given up on (alone), or
-// failed (err).
+// runMessage runs message i of r's transaction and sets its outcome, but
+// for a statement queued in a run without savepoints, whose failure is
+// judged by runMessages. ended reports that the transaction cannot commit:
+// runMessages rolls it back at this message's failure (alone; plain:
+// rolledBack), or it failed (err).
 func (c *Consumer) runMessage(ctx context.Context, mode runMode, r *txRun, i int) (rolledBack int, ended bool, err error) {
 	it := r.items[i]
-	var sp *savepointTx
-	on := pgx.Tx(r.tx)
-	if mode == savepoints {
-		sp = newSavepointTx(r.tx)
-		on = sp
-	}
-	herr := c.call(ctx, r.q.on(on, i), it.msg)
-	if mode == plain {
-		if r.q.failed >= 0 {
-			// A statement queued by this message or an earlier one failed
-			// when this handler sent one of its own.
-			return c.queueFailed(ctx, r), true, nil
-		}
-	} else if herr == nil {
+	herr := c.call(ctx, r.q.on(r.tx, i, mode == savepoints), it.msg)
+	switch {
+	case mode == plain && r.q.failed >= 0:
+		// A statement queued by this message or an earlier one failed
+		// when this handler sent one of its own.
+		return -1, true, nil
+	case mode != plain && herr == nil:
 		// What the message queued goes now, alone or under its savepoint.
 		herr = r.q.flush(ctx)
 	}
@@ -130,24 +137,13 @@ func (c *Consumer) runMessage(ctx context.Context, mode runMode, r *txRun, i int
 	r.out[i] = c.failure(r.tx, it, herr)
 	switch mode {
 	case plain:
-		r.rollback(ctx)
 		return i, true, nil
 	case alone:
-		r.rollback(ctx)
-		if r.out[i].kind == outDead {
-			// Written on its own, without the rolled-back claim.
-			derr := c.recordDead(ctx, c.db, r.items[i:i+1], r.out[i:i+1])
-			switch {
-			case derr != nil:
-				c.watch.Failed("dead_letter", derr)
-				r.out[i] = outcome{kind: outRetry, err: errors.Join(herr, derr)}
-			case r.out[i].kind == outDead: // recorded, not dropped
-				c.watch.OK("dead_letter")
-			}
-		}
+		// Its dead letter, if that is its outcome, is written on its own,
+		// without the rolled-back claim, by the commit stage.
 		return -1, true, nil
 	}
-	if !sp.undo(ctx) {
+	if !r.q.undo(ctx) {
 		return -1, true, fmt.Errorf("inbox: cannot roll back to the message's savepoint: %w", herr)
 	}
 	if r.claimed != nil {
@@ -159,28 +155,6 @@ func (c *Consumer) runMessage(ctx context.Context, mode runMode, r *txRun, i int
 		r.blocked[it.msg.Key] = true
 	}
 	return -1, false, nil
-}
-
-// rollback ends the transaction whatever ctx says.
-func (r *txRun) rollback(ctx context.Context) {
-	_ = r.tx.Rollback(context.WithoutCancel(ctx))
-}
-
-// rollbackOn rolls the transaction back when *err is set: a mode's deferred
-// call, for the errors that leave its transaction open.
-func (r *txRun) rollbackOn(ctx context.Context, err *error) {
-	if *err != nil {
-		r.rollback(ctx)
-	}
-}
-
-// queueFailed rolls back a batch run without savepoints whose queued
-// statement failed, gives the failure to the message that queued it, and
-// returns that message's index.
-func (c *Consumer) queueFailed(ctx context.Context, r *txRun) int {
-	r.rollback(ctx)
-	r.out[r.q.failed] = c.failure(r.tx, r.items[r.q.failed], r.q.err)
-	return r.q.failed
 }
 
 // call runs the handler with tx and the message's trace context, turning a

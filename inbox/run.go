@@ -20,6 +20,7 @@ type outcome struct {
 	reason string // outDead
 	kindOf string // outDead metric label
 	err    error  // outRetry
+	term   string // outDropped: reason as the broker's termination carries it
 }
 
 // process runs one batch (often of one) in one transaction and settles every
@@ -133,15 +134,18 @@ const (
 )
 
 // runTx runs items in one transaction, one way, through the stages of a
-// batch, each in its file, called once, none calling back here: the claim
-// stage (claim.go; beginTx: the transaction and the claims, one round
+// transaction, each in its file, called once, none calling back here: the
+// claim stage (claim.go; beginTx: the transaction and the claims, one round
 // trip), the handle stage (handle.go; runMessages: each message admitted
-// and its handler run), and the settle stage (settle.go; commitTx:
-// releases, dead letters, COMMIT). It fills out and returns the index of
-// the message whose failure rolled the whole transaction back (-1: none;
-// only plain does), and an error when the transaction as a whole failed.
-// In ordered mode a key in blocked (nil: none) waits behind an earlier
-// failure.
+// and its handler run) and the commit stage (commit.go; commitTx: releases,
+// dead letters, COMMIT, or the dead letter of a message run alone after its
+// rollback). What their answers call for is done here: the rollback of a
+// transaction an error left open, and a new attempt at every message after
+// a commit whose outcome is unknown. runTx fills out and returns the index
+// of the message whose failure rolled the whole transaction back (-1:
+// none; only plain does), and an error when the transaction as a whole
+// failed. In ordered mode a key in blocked (nil: none) waits behind an
+// earlier failure.
 func (c *Consumer) runTx(ctx context.Context, mode runMode, items []*item, out []outcome, blocked map[string]bool) (rolledBack int, err error) {
 	r, err := c.beginTx(ctx, items, out, blocked)
 	if err != nil {
@@ -150,15 +154,31 @@ func (c *Consumer) runTx(ctx context.Context, mode runMode, items []*item, out [
 	}
 	c.watch.OK("claim")
 	defer r.rollbackOn(ctx, &err)
-	if rolledBack, ended, err := c.runMessages(ctx, mode, r); ended {
+	rolledBack, ended, err := c.runMessages(ctx, mode, r)
+	if err != nil || ended && mode == plain {
 		return rolledBack, err
 	}
-	if err := c.commitTx(ctx, r); err != nil {
+	unknown, err := c.commitTx(ctx, r)
+	if ended {
+		return -1, nil // alone, rolled back at its failure: its dead letter written on its own
+	}
+	if err != nil {
 		c.watch.Failed("commit", err)
 		return -1, err
 	}
+	if unknown != nil {
+		c.redoAll(ctx, out, outUnknown, unknown)
+	}
 	c.watch.OK("commit")
 	return -1, nil
+}
+
+// rollbackOn rolls r's transaction back, whatever ctx says, when *err is
+// set: runTx's deferred call, for the errors that leave it open.
+func (r *txRun) rollbackOn(ctx context.Context, err *error) {
+	if *err != nil {
+		_ = r.tx.Rollback(context.WithoutCancel(ctx))
+	}
 }
 
 // isolated is the mode of a run in which a handler failure undoes only
@@ -168,4 +188,20 @@ func isolated(n int) runMode {
 		return alone
 	}
 	return savepoints
+}
+
+// redoAll leaves every message of out to a new attempt, with outcome kind
+// (outRetry after a failed transaction, outUnknown after a commit whose
+// outcome is unknown) and err, except the messages found already claimed
+// while they may still be acked. Not with synchronous standbys: the claim
+// may be visible here and not yet on the standby, and only a transaction
+// that commits (with its barrier, see commitTx) proves it is there; they are
+// retried instead, and found claimed again.
+func (c *Consumer) redoAll(ctx context.Context, out []outcome, kind outcomeKind, err error) {
+	keep := !c.syncStandbys.On(ctx, c.db)
+	for i := range out {
+		if out[i].kind != outDuplicate || !keep {
+			out[i] = outcome{kind: kind, err: err}
+		}
+	}
 }
