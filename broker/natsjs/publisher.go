@@ -18,6 +18,13 @@ import (
 type PublisherConfig struct {
 	// MaxPending bounds the messages in flight without an ack. Defaults to 4096.
 	MaxPending int
+	// AckTimeout is how long a message waits for JetStream's ack before
+	// its publish fails with jetstream.ErrAsyncPublishTimeout, freeing its
+	// place among the MaxPending. A publish forwarded to a stream leader
+	// that dies is never answered, and the connection stays up, so nothing
+	// else frees its place: without a bound, each leader death would take
+	// a few places for good. Defaults to 30 s, a relay's PublishTimeout.
+	AckTimeout time.Duration
 }
 
 // Publisher publishes batches to JetStream asynchronously, with
@@ -45,10 +52,12 @@ func NewPublisher(nc *nats.Conn, cfg *PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("%w: NewPublisher: nil connection", ErrInvalidConfig)
 	}
 	c := cfgerr.CopyOf(cfg)
-	if err := cfgerr.For(ErrInvalidConfig, "natsjs: PublisherConfig").IfNegative(c, "MaxPending"); err != nil {
+	if err := cfgerr.For(ErrInvalidConfig, "natsjs: PublisherConfig").IfNegative(c, "MaxPending", "AckTimeout"); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cmp.Or(c.MaxPending, 4096)))
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(cmp.Or(c.MaxPending, 4096)),
+		jetstream.WithPublishAsyncTimeout(cmp.Or(c.AckTimeout, 30*time.Second)))
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/oncekit/oncekit/internal/wait"
@@ -239,6 +240,19 @@ func (c *NATSCluster) Kill(i int) error {
 		return nil
 	}
 	return p.kill()
+}
+
+// Pause stops node i (SIGSTOP) without closing its connections: a hung
+// host, which takes what is sent to it and answers nothing, until Kill.
+// Pausing a node that is down is a no-op.
+func (c *NATSCluster) Pause(i int) error {
+	c.mu.Lock()
+	p := c.nodes[i].proc
+	c.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.signal(syscall.SIGSTOP)
 }
 
 // Restart starts node i again after Kill, on the same ports and store, and

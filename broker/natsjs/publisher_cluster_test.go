@@ -1,0 +1,122 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekit/oncekit/broker"
+	"github.com/oncekit/oncekit/broker/natsjs"
+	"github.com/oncekit/oncekit/internal/testkit/chaos"
+	"github.com/oncekit/oncekit/internal/testkit/testenv"
+	"github.com/oncekit/oncekit/internal/wait"
+)
+
+// A publish forwarded to a stream leader that dies is never answered: the
+// publisher's own server stays up, so no reconnect fails it either. Its
+// place in the publisher's window must come back all the same, or a few
+// leader deaths leave a relay that can publish nothing. The test fills the
+// window with publishes to a hung leader, kills it, and publishes again
+// once a new leader is elected.
+func TestPublisherWindowOutlivesAnUnansweredLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := chaos.StartNATSCluster(ctx, t.TempDir(), 3)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+
+	name := testenv.Name(t)
+	admin := connectNode(t, c.URLs()...)
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	stream, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Replicas: 3})
+	require.NoError(t, err)
+	leader := streamLeader(ctx, t, c, stream, "")
+	other := (leader + 1) % 3
+
+	// The publisher's connection is to a follower, which forwards each
+	// publish to the leader and stays up when the leader dies.
+	const window = 16
+	pub, err := natsjs.NewPublisher(connectNode(t, c.URLs()[other]), &natsjs.PublisherConfig{MaxPending: window, AckTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	batch := func() []broker.Message {
+		msgs := make([]broker.Message, window)
+		for i := range msgs {
+			msgs[i] = broker.Message{ID: uuid.New(), Subject: name + ".e", Payload: []byte("x")}
+		}
+		return msgs
+	}
+	for _, r := range pub.Publish(ctx, batch()) {
+		require.NoError(t, r.Err, "before any fault")
+	}
+
+	require.NoError(t, c.Pause(leader))
+	hung, stop := context.WithTimeout(ctx, time.Second)
+	for _, r := range pub.Publish(hung, batch()) {
+		require.Error(t, r.Err, "a hung leader acknowledged a publish")
+	}
+	stop()
+	require.NoError(t, c.Kill(leader))
+	streamLeader(ctx, t, c, stream, c.ServerName(leader))
+
+	// Each attempt gets 5 s: a window still full of the dead leader's
+	// publishes fails every one of them, waiting for room.
+	var last error
+	for attempt := 1; ; attempt++ {
+		actx, stop := context.WithTimeout(ctx, 5*time.Second)
+		rs := pub.Publish(actx, batch())
+		stop()
+		if last = errors.Join(resultErrs(rs)...); last == nil {
+			t.Logf("published a window's worth again at attempt %d", attempt)
+			return
+		}
+		require.Less(t, attempt, 6, "the window never came back: %v", last)
+	}
+}
+
+// connectNode connects to urls, reconnecting for ever.
+func connectNode(t *testing.T, urls ...string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// streamLeader waits until stream has a leader other than not and returns
+// its node's index.
+func streamLeader(ctx context.Context, t *testing.T, c *chaos.NATSCluster, stream jetstream.Stream, not string) int {
+	t.Helper()
+	for {
+		ictx, stop := context.WithTimeout(ctx, 2*time.Second)
+		info, err := stream.Info(ictx)
+		stop()
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != not {
+			i := c.Node(info.Cluster.Leader)
+			require.GreaterOrEqual(t, i, 0, "leader %q is not a node of the cluster", info.Cluster.Leader)
+			return i
+		}
+		require.True(t, wait.Sleep(ctx, 200*time.Millisecond), "no stream leader other than %q: %v", not, err)
+	}
+}
+
+func resultErrs(rs []broker.Result) []error {
+	var errs []error
+	for _, r := range rs {
+		if r.Err != nil {
+			errs = append(errs, r.Err)
+		}
+	}
+	return errs
+}
