@@ -17,4 +17,4 @@ var sarama = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/eapache/go-resiliency/breaker.(*Breaker).timer"),
 }
 
-func TestMain(m *testing.M) { leaktest.Main(m, sarama...) }
+func TestMain(m *testing.M) { leaktest.Main(m, append(sarama, leaktest.WatermillMultiplier...)...) }

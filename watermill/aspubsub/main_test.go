@@ -6,4 +6,4 @@ import (
 	"github.com/oncekit/oncekit/internal/testkit/leaktest"
 )
 
-func TestMain(m *testing.M) { leaktest.Main(m) }
+func TestMain(m *testing.M) { leaktest.Main(m, leaktest.WatermillMultiplier...) }

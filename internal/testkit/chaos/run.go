@@ -676,7 +676,7 @@ func runDrift(ctx context.Context, oncekit, url string, out io.Writer) int {
 func pauseConsumers(ctx context.Context, sup *Supervisor, d time.Duration) func() {
 	roles := []string{"consume-1", "consume-2"}
 	for _, r := range roles {
-		_ = sup.Pause(r) // not running: restarting, and it runs with the rest
+		_ = sup.Pause(r) // one restarting starts at the resume
 	}
 	wait.Sleep(ctx, d)
 	return func() {

@@ -83,7 +83,10 @@ type role struct {
 	Role
 	proc     *process // nil between a death and the restart
 	killSent bool     // the supervisor sent SIGKILL to proc
-	stats    ProcessStats
+	// resumed is non-nil while the role is paused, and closed by Resume:
+	// a restart waits for it.
+	resumed chan struct{}
+	stats   ProcessStats
 }
 
 // NewSupervisor returns a Supervisor with cfg's defaults filled in.
@@ -174,6 +177,15 @@ func (s *Supervisor) watch(ro *role) {
 		case <-t.C:
 		}
 		s.mu.Lock()
+		for ro.resumed != nil && !s.stopping {
+			held := ro.resumed
+			s.mu.Unlock()
+			select {
+			case <-s.stopped:
+			case <-held:
+			}
+			s.mu.Lock()
+		}
 		if s.stopping {
 			s.mu.Unlock()
 			return
@@ -232,23 +244,39 @@ func (s *Supervisor) Kill(name string) error {
 
 // Pause stops the named role's process (SIGSTOP) until Resume: it holds
 // its connections and does nothing, as a process stalled by a long pause
-// of its runtime or its host would. A process restarted meanwhile runs.
-func (s *Supervisor) Pause(name string) error { return s.signal(name, syscall.SIGSTOP) }
+// of its runtime or its host would. The role is held until Resume: a
+// process that dies meanwhile (killed, or not running when Pause is
+// called) is restarted only then, so that the role does no work while
+// paused. It fails for a name never started.
+func (s *Supervisor) Pause(name string) error { return s.hold(name, true) }
 
-// Resume continues a process Pause stopped (SIGCONT).
-func (s *Supervisor) Resume(name string) error { return s.signal(name, syscall.SIGCONT) }
+// Resume continues a process Pause stopped (SIGCONT), or lets the role's
+// held restart go ahead.
+func (s *Supervisor) Resume(name string) error { return s.hold(name, false) }
 
-func (s *Supervisor) signal(name string, sig syscall.Signal) error {
+// hold pauses the named role (Pause) or resumes it (Resume).
+func (s *Supervisor) hold(name string, pause bool) error {
 	s.mu.Lock()
 	ro := s.roles[name]
 	if ro == nil {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownRole, name)
 	}
+	sig := syscall.SIGCONT
+	switch {
+	case pause && ro.resumed == nil:
+		ro.resumed = make(chan struct{})
+	case !pause && ro.resumed != nil:
+		close(ro.resumed)
+		ro.resumed = nil
+	}
+	if pause {
+		sig = syscall.SIGSTOP
+	}
 	p := ro.proc
 	s.mu.Unlock()
 	if p == nil {
-		return fmt.Errorf("%w: %q", ErrNotRunning, name)
+		return nil // a held restart: it starts at Resume
 	}
 	return p.signal(sig)
 }

@@ -127,6 +127,36 @@ func TestSupervisorRestartsKilledProcesses(t *testing.T) {
 	assert.Contains(t, parts[len(parts)-1], "helper: SIGTERM, exiting", "Stop did not send SIGTERM first")
 }
 
+// A paused role does no work until Resume: its process is stopped, and
+// one that dies meanwhile is restarted only at Resume (the failover's
+// paused consumers would otherwise come back at once and drain the backlog
+// the pause is there to build).
+func TestSupervisorHoldsAPausedRole(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSupervisor(t, SupervisorConfig{Backoff: 10 * time.Millisecond})
+	require.NoError(t, s.Start(helperRole(t, "consume", "serve")))
+	first := up(ctx, t, s, "consume")
+
+	require.NoError(t, s.Pause("consume"))
+	require.NoError(t, poll(ctx, func(context.Context) error {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", first))
+		if err != nil || !strings.Contains(string(stat), ") T ") {
+			return fmt.Errorf("process %d is not stopped", first)
+		}
+		return nil
+	}))
+	require.NoError(t, s.Kill("consume"))
+	assert.Never(t, func() bool { return s.PID("consume") != 0 }, 500*time.Millisecond, 10*time.Millisecond,
+		"a paused role was restarted before Resume (50 backoffs)")
+	assert.Equal(t, 1, s.Stats().Roles["consume"].Starts)
+
+	require.NoError(t, s.Resume("consume"))
+	restarted(ctx, t, s, "consume", first)
+	assert.ErrorIs(t, s.Pause("db"), ErrUnknownRole)
+}
+
 func TestSupervisorTellsCrashPointsFromKillsAndExits(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -32,3 +32,14 @@ var ignored = []goleak.Option{
 // 500 ms after the read error that its Subscriber's Close causes before it
 // sees it is closing: longer than goleak waits.
 var RedisStreamReader = goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream.(*Subscriber).read")
+
+// WatermillMultiplier ignores the goroutines of watermill's test suite
+// (pubsub/tests) that fan many subscribers into one unbuffered channel: once
+// the test has read the messages it counts, a forwarder holding one more
+// (a redelivery) waits to hand it over for ever, and the goroutine that
+// closes the channel waits for that forwarder. The suite never drains the
+// channel, whatever the subscriber under test does.
+var WatermillMultiplier = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func2"),
+	goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func3"),
+}
