@@ -26,7 +26,8 @@ func p99(ds []time.Duration) time.Duration {
 }
 
 // Retries of one slow key do not starve the pool: 50 of them (a pool of 8)
-// leave an unrelated key's p99 within 2x of its quiet value. A waiting
+// leave an unrelated key's p99 within 3x of its quiet value (or a tenth of
+// the wait above it, on a busy machine). A waiting
 // request holds no connection, at most MaxWaiters wait on one key, and the
 // rest answer 409 with Retry-After at once. Before, each waiter held a
 // connection, blocked on the key's row lock for up to Wait, and an
@@ -39,7 +40,7 @@ func TestWaitersDoNotStarveThePool(t *testing.T) {
 }
 
 func testWaitersDoNotStarve(t *testing.T, mode idempotency.Mode) {
-	const retries, maxWaiters = 50, 4
+	const retries, maxWaiters, waitFor = 50, 4, 10 * time.Second
 	db := testenv.NewDB(t)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
@@ -50,7 +51,7 @@ func testWaitersDoNotStarve(t *testing.T, mode idempotency.Mode) {
 	edge, err := idempotency.New(pool, &idempotency.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	mw, err := edge.Route(&idempotency.Route{Operation: "op", Mode: mode, Tenant: tenantFromHeader,
-		Waiting: &idempotency.Waiting{For: 10 * time.Second, MaxWaiters: maxWaiters}})
+		Waiting: &idempotency.Waiting{For: waitFor, MaxWaiters: maxWaiters}})
 	require.NoError(t, err)
 	gate, inside := make(chan struct{}), make(chan struct{}, 1)
 	var runs atomic.Int64
@@ -145,12 +146,14 @@ func testWaitersDoNotStarve(t *testing.T, mode idempotency.Mode) {
 	}
 	require.EqualValues(t, 20+3*(1+200+20+200), runs.Load(), "each slow key ran once")
 	// A quiet p99 under 10 ms is taken as 10 ms: the timer and scheduler of
-	// a shared machine jitter by a few milliseconds, and by tens of them at
-	// a load of 15 (rounds of 19 to 62 ms seen); a starved pool holds the
-	// unrelated requests for as long as the slow one runs, seconds.
+	// a shared machine jitter by a few milliseconds, and by hundreds of them
+	// while the rest of the test suite runs beside this test (loaded rounds
+	// of 13, 698 and 184 ms seen against quiet ones of 14 to 18 ms). A
+	// starved pool holds the unrelated requests until the waiters give up,
+	// after Waiting.For (10 s): the bound leaves a tenth of that as slack.
 	q, l := median(quiet), median(loaded)
 	q = max(q, 10*time.Millisecond)
-	require.LessOrEqual(t, l, max(3*q, q+100*time.Millisecond),
+	require.LessOrEqual(t, l, max(3*q, q+waitFor/10),
 		"unrelated p99 %v with %d retries waiting; quiet %v (rounds: %v, %v)", l, retries, q, loaded, quiet)
 }
 
