@@ -20,7 +20,8 @@ import (
 type Config struct {
 	// Name identifies the consumer in processed_messages and dead_letters:
 	// two consumers with the same Name share their claims (they are replicas
-	// of one consumer), different Names each process every message. Required.
+	// of one consumer), different Names each process every message. Valid
+	// UTF-8 without control characters, at most 255 bytes. Required.
 	Name string
 	// Schema of oncekit's tables. Defaults to oncekit.DefaultSchema.
 	Schema string
@@ -171,6 +172,9 @@ func (c *Config) validate() error {
 	bad := cfgerr.For(ErrInvalidConfig, "inbox: Config")
 	if c.Name == "" {
 		return bad("Name", "required")
+	}
+	if err := bad.IfNotID(c, "Name"); err != nil {
+		return err
 	}
 	if _, err := pgsql.ValidateSchema(c.Schema); err != nil {
 		return bad("Schema", "%w", err)

@@ -34,6 +34,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"Name", nil, "required"},
 		{"Name", &Config{}, "required"},
+		{"Name", &Config{Name: "ledger\x00"}, `"ledger\x00" holds a control character`},
+		{"Name", &Config{Name: "\xff"}, "not valid UTF-8"},
 		{"Schema", &Config{Name: "c", Schema: "Bad-Name"}, ""},
 		{"Concurrency", &Config{Name: "c", Concurrency: -1}, "-1 is negative"},
 		{"BatchSize", &Config{Name: "c", BatchSize: -1}, "-1 not in 1..1000"},

@@ -45,6 +45,8 @@ func TestRelayConfigValidate(t *testing.T) {
 		cfg    RelayConfig
 		detail string // what follows the field in the error, when pinned
 	}{
+		{"ID", RelayConfig{ID: "relay\x00"}, `"relay\x00" holds a control character`},
+		{"ID", RelayConfig{ID: strings.Repeat("r", 256)}, "256 bytes, over 255"},
 		{"BatchSize", RelayConfig{BatchSize: -1}, "-1 is negative"},
 		{"Lease", RelayConfig{Lease: time.Millisecond}, "1ms is below 300ms"},
 		{"PollInterval", RelayConfig{PollInterval: -1}, "-1ns is negative"},

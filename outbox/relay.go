@@ -22,7 +22,8 @@ import (
 
 // RelayConfig configures a Relay. The zero value works.
 type RelayConfig struct {
-	// ID names this relay process in the lease tables. Defaults to
+	// ID names this relay process in the lease tables: valid UTF-8
+	// without control characters, at most 255 bytes. Defaults to
 	// hostname-pid-random.
 	ID string
 	// BatchSize is the most rows read and published at once per partition.
@@ -201,6 +202,9 @@ func (c *RelayConfig) validate() error {
 	if err := bad.IfNegative(c, "BatchSize", "PollInterval", "BusyPollInterval",
 		"PublishTimeout", "MaxAttempts", "MinBackoff", "MaxBrokerBackoff", "StatsInterval",
 		"RetentionInterval", "RetentionBatch"); err != nil {
+		return err
+	}
+	if err := bad.IfNotID(c, "ID"); err != nil {
 		return err
 	}
 	switch {

@@ -30,6 +30,7 @@ func TestDispatcherConfigValidate(t *testing.T) {
 		cfg    DispatcherConfig
 		detail string // what follows the field in the error, when pinned
 	}{
+		{"ID", DispatcherConfig{ID: "d\xff"}, "not valid UTF-8"},
 		{"Concurrency", DispatcherConfig{Concurrency: -1}, "-1 is negative"},
 		{"BatchSize", DispatcherConfig{BatchSize: -1}, "-1 is negative"},
 		{"FlushSize", DispatcherConfig{FlushSize: -1}, "-1 is negative"},

@@ -24,7 +24,8 @@ import (
 // DispatcherConfig configures a Dispatcher. The zero value works.
 type DispatcherConfig struct {
 	// ID names this dispatcher as the owner of the leases it takes; it must
-	// be unique among running dispatchers. Defaults to host-pid-random.
+	// be unique among running dispatchers, valid UTF-8 without control
+	// characters, at most 255 bytes. Defaults to host-pid-random.
 	ID string
 	// Concurrency is how many provider calls run at once. Defaults to 32.
 	Concurrency int
@@ -117,6 +118,9 @@ func (c *DispatcherConfig) validate() error {
 	if err := bad.IfNegative(c, "Concurrency", "BatchSize", "FlushSize", "MaxAttempts",
 		"PollInterval", "CallTimeout", "Lease", "RecoverInterval", "MinBackoff", "MaxBackoff",
 		"MaxRetryAfter", "RetentionInterval", "RetentionBatch"); err != nil {
+		return err
+	}
+	if err := bad.IfNotID(c, "ID"); err != nil {
 		return err
 	}
 	if c.Lease <= c.CallTimeout {

@@ -3,6 +3,9 @@ package cfgerr
 import (
 	"fmt"
 	"reflect"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // IfNegative returns the error for the first of the fields named that is
@@ -29,4 +32,43 @@ func (bad Bad) IfNegative(config any, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// MaxIDBytes bounds the names a Config gives its process or consumer (a
+// relay's or a dispatcher's ID, a consumer's Name), which are stored in
+// lease and claim tables and compared on every statement.
+const MaxIDBytes = 255
+
+// IfNotID returns the error for the first of the string fields named that
+// is not a storable ID: valid UTF-8, no control character (PostgreSQL's
+// text refuses NUL, and a log line should not carry the others), at most
+// MaxIDBytes. An empty field passes: it asks for the default. As with
+// IfNegative, a name that is not a string field panics.
+func (bad Bad) IfNotID(config any, names ...string) error {
+	v := reflect.Indirect(reflect.ValueOf(config))
+	for _, name := range names {
+		f := v.FieldByName(name)
+		if !f.IsValid() || f.Kind() != reflect.String {
+			panic(fmt.Sprintf("cfgerr: %v has no string field %q", v.Type(), name))
+		}
+		if why := NotID(f.String()); why != "" {
+			return bad(name, "%s", why)
+		}
+	}
+	return nil
+}
+
+// NotID says why s is not a storable ID (see IfNotID), or "" when it is.
+// It is also the check of IDs read from outside, such as a fleet's
+// members bucket.
+func NotID(s string) string {
+	switch {
+	case len(s) > MaxIDBytes:
+		return fmt.Sprintf("%d bytes, over %d", len(s), MaxIDBytes)
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return fmt.Sprintf("%q holds a control character", s)
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package cfgerr
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,6 +43,34 @@ func TestIfNegative(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestIfNotID(t *testing.T) {
+	t.Parallel()
+	bad := For(errors.New("pkg: invalid config"), "pkg: Config")
+	for _, tc := range []struct {
+		name string
+		want string // "" for nil
+	}{
+		{"", ""},
+		{"host-1234-0a1b2c3d", ""},
+		{"relé 東京", ""},
+		{strings.Repeat("x", MaxIDBytes), ""},
+		{strings.Repeat("x", MaxIDBytes+1), "pkg: Config.Name: 256 bytes, over 255"},
+		{"a\x00b", `pkg: Config.Name: "a\x00b" holds a control character`},
+		{"a\nb", `pkg: Config.Name: "a\nb" holds a control character`},
+		{"a\xffb", "pkg: Config.Name: not valid UTF-8"},
+	} {
+		if got := text(bad.IfNotID(config{Name: tc.name}, "Name")); got != tc.want {
+			t.Errorf("IfNotID(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("IfNotID(config, \"N\") did not panic on an integer field")
+		}
+	}()
+	_ = bad.IfNotID(config{}, "N")
 }
 
 func TestIfNegativePanicsOnANameThatIsNoIntegerField(t *testing.T) {
