@@ -15,6 +15,11 @@ import "context"
 // statement's next success.
 func (r *Relay) Healthy(context.Context) error { return r.watch.Err() }
 
+// Partitions returns the partition count the relay leases from, as read at
+// its start and again on every lease round (it follows a repartition), or 0
+// before Run has read it.
+func (r *Relay) Partitions() int { return int(r.parts.Load()) }
+
 // failed logs err from statement at warning level with msg and attrs,
 // unless it is a statement that cannot succeed as sent: the watch logs
 // that at error level, counts it and reports it.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/internal/testkit/testenv"
+	"github.com/oncekit/oncekit/outbox/fleet"
 )
 
 // Two members serve one database of 16 partitions under load, each within
@@ -66,5 +67,33 @@ func TestConnectionsStayWithinTheBudget(t *testing.T) {
 		require.LessOrEqual(t, peak[i].Load(), int64(3), "member %d over its budget", i+1)
 		require.Positive(t, peak[i].Load(), "member %d connected", i+1)
 	}
+	w.pub.requireOnce(t, msgs)
+}
+
+// A repartition changes the budget: the member's relay of the database is
+// started again with a pool of the new size (16 partitions on one member:
+// 17 connections; 4: 5; 8: 9), and what was written across the changes is
+// published once.
+func TestBudgetFollowsARepartition(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	d := newOutboxDB(t, "db")
+	cfg := w.config("m1")
+	cfg.MaxConnsPerDatabase = 20
+	m := w.start(t, cfg, d.def)
+	budget := func() float64 {
+		return testenv.Metric(t, m.reg, "oncekit_fleet_database_connections_budget", "database", "db")
+	}
+	require.Eventually(t, func() bool { return budget() == 17 }, 60*time.Second, 20*time.Millisecond)
+	var msgs []broker.Message
+	for _, n := range []int{4, 8} {
+		msgs = append(msgs, w.enqueue(t, d, fmt.Sprintf("before-%d", n), 20)...)
+		require.NoError(t, d.ob.Repartition(context.Background(), d.db.Pool, n))
+		msgs = append(msgs, w.enqueue(t, d, fmt.Sprintf("after-%d", n), 20)...)
+		want := float64(fleet.Budget(n, 1, cfg.MaxConnsPerDatabase))
+		require.Eventually(t, func() bool { return budget() == want }, 60*time.Second, 20*time.Millisecond,
+			"budget %v, want %v after repartitioning to %d", budget(), want, n)
+	}
+	w.pub.waitPublished(t, msgs, 60*time.Second)
 	w.pub.requireOnce(t, msgs)
 }

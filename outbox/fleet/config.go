@@ -42,7 +42,8 @@ type Database struct {
 // Config configures a Fleet. The zero value works.
 type Config struct {
 	// ID names this member in the fleet and in the lease tables of its
-	// databases. Defaults to hostname-pid-random.
+	// databases: valid UTF-8 without control characters, at most 255
+	// bytes. Defaults to hostname-pid-random.
 	ID string
 	// Bucket is the JetStream key-value bucket the members keep their
 	// entries in; fleets with different buckets do not see each other.
@@ -57,10 +58,13 @@ type Config struct {
 	// of them when fewer). Defaults to 3.
 	Replicas int
 	// MemberTTL is how long a member's entry outlives its last refresh;
-	// entries are refreshed, and the assignment recomputed, every
-	// MemberTTL/3. A member gone without leaving is replaced after at most
-	// MemberTTL. Every member of a fleet must use the same (the bucket
-	// holds one TTL). Defaults to 15s.
+	// entries are refreshed, and the members listed, every MemberTTL/3. A
+	// changed list is acted on once it has stood for MemberTTL/3 (the
+	// latest after MemberTTL while it keeps changing), so a member gone
+	// without leaving is replaced after at most 4/3 MemberTTL; its
+	// partitions are taken by the database's other relays as soon as its
+	// leases run out. Every member of a fleet must use the same (the
+	// bucket holds one TTL). Defaults to 15s.
 	MemberTTL time.Duration
 	// MaxConnsPerDatabase caps Budget, the connections this member opens to
 	// one database. Defaults to 5; at least 2.
@@ -113,6 +117,9 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	bad := cfgerr.For(ErrInvalidConfig, "fleet: Config")
 	if err := bad.IfNegative(c, "Replicas", "MaxConnsPerDatabase", "ConnectTimeout", "MinBackoff", "MaxBackoff"); err != nil {
+		return err
+	}
+	if err := bad.IfNotID(c, "ID"); err != nil {
 		return err
 	}
 	switch {

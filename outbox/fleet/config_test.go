@@ -20,6 +20,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		name string
 		cfg  fleet.Config
 	}{
+		{"ID", fleet.Config{ID: "member\x00"}},
 		{"Replicas", fleet.Config{Replicas: -1}},
 		{"MemberTTL", fleet.Config{MemberTTL: time.Millisecond}},
 		{"MaxConnsPerDatabase", fleet.Config{MaxConnsPerDatabase: 1}},

@@ -31,7 +31,15 @@ type Fleet struct {
 	dbs      map[string]Database // the configured set, by name
 	runners  map[string]*runner  // the databases served now, by name
 	stopping map[string]*runner  // runners stopped and not yet done
-	members  []string            // at the last look
+	members  []string            // the list in force (see adopt)
+	pending  []string            // a different list, seen since pendingSince
+	// pendingSince is when pending was first seen, changingSince when the
+	// lists began to differ from members (zero while they agree).
+	pendingSince, changingSince time.Time
+
+	// Failures of the looks' two NATS calls, logged once a stretch; only
+	// Run's goroutine uses them.
+	refreshing, listing stretch
 }
 
 // New returns a fleet member that finds the others through js's key-value
@@ -123,14 +131,18 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer mem.close()
 	if err := mem.refresh(ctx); err != nil {
 		return fmt.Errorf("fleet: join: %w", err)
 	}
 	f.log.Info("fleet member started", "replicas", f.cfg.Replicas, "bucket", f.cfg.Bucket)
+	// A look every MemberTTL/3 from the start of the last, however long
+	// it took: the entry's refreshes keep their pace.
 	every := f.cfg.MemberTTL / 3
 	for {
+		began := time.Now()
 		f.look(ctx, mem)
-		if !f.waitChange(ctx, every) {
+		if !f.waitChange(ctx, every-time.Since(began)) {
 			break
 		}
 	}
@@ -166,19 +178,22 @@ func (f *Fleet) waitChange(ctx context.Context, d time.Duration) bool {
 // look refreshes this member's entry, reads the members and serves what
 // is assigned to it. On a NATS failure the last member list stays.
 func (f *Fleet) look(ctx context.Context, mem *members) {
-	if err := mem.refresh(ctx); err != nil && ctx.Err() == nil {
-		f.log.Warn("refreshing the fleet entry failed", "err", err)
+	switch err := mem.refresh(ctx); {
+	case err != nil && ctx.Err() == nil:
+		f.refreshing.failed(f.log, "refreshing the fleet entry failed; retrying at each look", err)
+	case err == nil:
+		f.refreshing.ok(f.log, "refreshing the fleet entry works again")
 	}
 	ids, err := mem.list(ctx)
 	switch {
 	case err != nil && ctx.Err() == nil:
-		f.log.Warn("reading the fleet members failed; keeping the last list", "err", err)
+		f.listing.failed(f.log, "reading the fleet members failed; keeping the last list", err)
 	case err == nil:
+		f.listing.ok(f.log, "reading the fleet members works again")
 		f.mu.Lock()
-		if !slices.Equal(ids, f.members) {
+		if f.adopt(ids, time.Now()) {
 			f.log.Info("fleet members changed", "members", len(ids))
 		}
-		f.members = ids
 		f.mu.Unlock()
 	}
 	f.mu.Lock()
@@ -192,6 +207,30 @@ func (f *Fleet) look(ctx context.Context, mem *members) {
 	f.mu.Unlock()
 	f.m.members.Set(float64(len(ids)))
 	f.reconcile(ctx, want)
+}
+
+// adopt makes ids the list in force once it has stood for a look (a third
+// of MemberTTL): a member that misses one refresh, or a fleet whose
+// members are all starting at once, moves no database until the list is
+// seen twice, each move being a relay stopped and another started. While
+// the lists keep changing, the latest is adopted after a MemberTTL. It
+// reports whether the list in force changed; f.mu is held.
+func (f *Fleet) adopt(ids []string, now time.Time) bool {
+	if slices.Equal(ids, f.members) {
+		f.pending, f.changingSince = nil, time.Time{}
+		return false
+	}
+	if f.changingSince.IsZero() {
+		f.changingSince = now
+	}
+	if f.pending == nil || !slices.Equal(ids, f.pending) {
+		f.pending, f.pendingSince = ids, now
+	}
+	if now.Sub(f.pendingSince) < f.cfg.MemberTTL/3 && now.Sub(f.changingSince) < f.cfg.MemberTTL {
+		return false
+	}
+	f.members, f.pending, f.changingSince = ids, nil, time.Time{}
+	return true
 }
 
 // reconcile starts the runners of want that are not running and stops the
@@ -246,4 +285,27 @@ func (f *Fleet) stopped(r *runner) {
 	if _, ok := f.dbs[r.db.Name]; !ok {
 		f.m.forget(r.db.Name)
 	}
+}
+
+// stretch is a run of failures of one call made at every look (three a
+// MemberTTL): the first is logged, with its error, and the end of the run
+// with its length, not every look in between.
+type stretch struct {
+	since time.Time // the first failure; zero while the call works
+	looks int       // failed looks since
+}
+
+func (s *stretch) failed(log *slog.Logger, msg string, err error) {
+	if s.looks == 0 {
+		s.since = time.Now()
+		log.Warn(msg, "err", err)
+	}
+	s.looks++
+}
+
+func (s *stretch) ok(log *slog.Logger, msg string) {
+	if s.looks > 0 {
+		log.Info(msg, "failed_looks", s.looks, "for", time.Since(s.since).Round(time.Millisecond))
+	}
+	*s = stretch{}
 }

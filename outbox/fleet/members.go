@@ -6,32 +6,55 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncekit/oncekit/internal/cfgerr"
 )
 
 // members is the fleet's membership: one entry per member in a JetStream
-// key-value bucket whose TTL (the server's clock) removes the entries of
-// members that stopped refreshing them.
+// key-value bucket, refreshed every MemberTTL/3, and a watch of the bucket
+// that keeps the time of every member's last refresh.
+//
+// A member is live while its last refresh is at most a MemberTTL older
+// than this member's own last refresh, both stamped by the server: what the
+// bucket's TTL would keep at that moment, judged without any member's
+// clock. The list is read once the watch has delivered this member's own
+// last refresh, so it holds every refresh and leave written before it.
+// Reading it sends nothing: a listing of the bucket is a consumer created
+// and deleted through the cluster's metadata leader, which at thirty
+// members refreshing every second cost the NATS cluster twice the CPU of
+// the watch.
 type members struct {
 	kv  jetstream.KeyValue
 	id  string
 	key string
-	// last is the previous list. A listing that races with members'
-	// refreshes can miss a key being rewritten (its old entry deleted, the
-	// new one past the lister's end), or return it twice: a member of last
-	// that a list misses is looked up by its key before it counts as gone,
-	// and a list holds each member once.
-	last []string
-	// ttl is the members' TTL; lossSince is when looks began to find a
+	ttl time.Duration
+
+	w     jetstream.KeyWatcher
+	done  chan struct{} // closed once the watch's loop has returned
+	moved chan struct{} // signalled at each entry the watch delivers
+
+	mu  sync.Mutex
+	at  map[string]time.Time // each member's last refresh (server time); a leave deletes it
+	rev uint64               // the last revision the watch delivered
+	own uint64               // the revision of this member's last refresh
+
+	// last is the previous list; lossSince is when lists began to find a
 	// large part of last gone, zero while they do not (see list).
-	ttl       time.Duration
+	last      []string
 	lossSince time.Time
 }
 
-// joinBucket creates the bucket, or updates it to c's TTL: the members of
-// a fleet must share MemberTTL (the last to start sets it).
+// errWatchBehind is list's error while the watch has not delivered this
+// member's last refresh: the last list stays.
+var errWatchBehind = errors.New("fleet: the members' watch is behind")
+
+// joinBucket creates the bucket, or updates it to c's TTL (the members of
+// a fleet must share MemberTTL: the last to start sets it), and watches
+// it until close.
 func joinBucket(ctx context.Context, js jetstream.JetStream, c *Config) (*members, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      c.Bucket,
@@ -43,7 +66,48 @@ func joinBucket(ctx context.Context, js jetstream.JetStream, c *Config) (*member
 	if err != nil {
 		return nil, fmt.Errorf("fleet: members bucket %q: %w", c.Bucket, err)
 	}
-	return &members{kv: kv, id: c.ID, key: memberKey(c.ID), ttl: c.MemberTTL}, nil
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: watch members bucket %q: %w", c.Bucket, err)
+	}
+	m := &members{kv: kv, id: c.ID, key: memberKey(c.ID), ttl: c.MemberTTL, w: w,
+		done: make(chan struct{}), moved: make(chan struct{}, 1), at: map[string]time.Time{}}
+	go m.watch()
+	return m, nil
+}
+
+// watch keeps m.at from the watch's entries until close stops it.
+func (m *members) watch() {
+	defer close(m.done)
+	for e := range m.w.Updates() {
+		if e == nil {
+			continue // the end of the initial values
+		}
+		b, err := base64.RawURLEncoding.DecodeString(e.Key())
+		m.mu.Lock()
+		m.rev = max(m.rev, e.Revision())
+		switch {
+		case err != nil || cfgerr.NotID(string(b)) != "":
+			// Not a member's key: written to the bucket by something
+			// else, it names no member (a member's ID passed the
+			// same check).
+		case e.Operation() == jetstream.KeyValuePut:
+			m.at[string(b)] = e.Created()
+		default: // deleted, purged, or expired with a marker
+			delete(m.at, string(b))
+		}
+		m.mu.Unlock()
+		select {
+		case m.moved <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// close stops the watch and waits for its loop.
+func (m *members) close() {
+	_ = m.w.Stop()
+	<-m.done
 }
 
 // memberKey is id as a key-value key (any bytes: base64url, no padding).
@@ -51,8 +115,14 @@ func memberKey(id string) string { return base64.RawURLEncoding.EncodeToString([
 
 // refresh writes this member's entry, restarting its TTL.
 func (m *members) refresh(ctx context.Context) error {
-	_, err := m.kv.Put(ctx, m.key, []byte(m.id))
-	return err
+	rev, err := m.kv.Put(ctx, m.key, []byte(m.id))
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.own = max(m.own, rev)
+	m.mu.Unlock()
+	return nil
 }
 
 // leave deletes this member's entry, so that the others reassign its
@@ -61,43 +131,47 @@ func (m *members) leave(ctx context.Context) error {
 	return m.kv.Purge(ctx, m.key)
 }
 
-// list returns the live members' IDs, sorted, this member included.
+// list returns the live members' IDs, sorted, this member included, as of
+// this member's last refresh. It waits up to a third of MemberTTL for the
+// watch to deliver that refresh (errWatchBehind).
 func (m *members) list(ctx context.Context) ([]string, error) {
-	lister, err := m.kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
+	ctx, cancel := context.WithTimeout(ctx, m.ttl/3)
+	defer cancel()
+	for {
+		m.mu.Lock()
+		caught := m.own > 0 && m.rev >= m.own
+		m.mu.Unlock()
+		if caught {
+			break
+		}
+		select {
+		case <-m.moved:
+		case <-ctx.Done():
+			return nil, errWatchBehind
+		}
 	}
+	m.mu.Lock()
 	ids := []string{m.id}
-	for k := range lister.Keys() {
-		b, err := base64.RawURLEncoding.DecodeString(k)
-		if err != nil || string(b) == m.id {
-			continue // not a member's key, or this member
-		}
-		ids = append(ids, string(b))
-	}
-	for _, id := range m.last {
-		if slices.Contains(ids, id) {
-			continue
-		}
-		switch _, err := m.kv.Get(ctx, memberKey(id)); {
-		case err == nil:
-			ids = append(ids, id) // refreshed while the list was read
-		case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
-			return nil, err
+	if now, ok := m.at[m.id]; ok {
+		for id, at := range m.at {
+			switch age := now.Sub(at); {
+			case age > 2*m.ttl:
+				delete(m.at, id) // long gone: forgotten
+			case age <= m.ttl && id != m.id:
+				ids = append(ids, id)
+			}
 		}
 	}
-	// The listing also repeats a key rewritten while it was read.
+	m.mu.Unlock()
 	slices.Sort(ids)
-	ids = slices.Compact(ids)
 	// A look that finds more than a quarter of the last list gone at once
-	// is believed only once the loss has lasted a MemberTTL: for a second
-	// or two after a NATS node restarts, its replica of the bucket answers
-	// lists and gets before it has caught up (30 members listed as 1, then
-	// 5, 12, 19), and a member that believed it would start relays for
-	// nearly every database, far over their connection budget (seen in
-	// make chaos-fleet). A real departure of that many moves their
-	// databases a MemberTTL later; one of fewer, at once. Only the
-	// duration is measured here, so a member's clock does not matter.
+	// is believed only once the loss has lasted a MemberTTL: a NATS node
+	// that has just restarted can serve the watch before it has caught up,
+	// and a member that believed it would start relays for nearly every
+	// database, far over their connection budget (seen in make
+	// chaos-fleet). A real departure of that many moves their databases a
+	// MemberTTL later; one of fewer, at once. Only the duration is
+	// measured here, so a member's clock does not matter.
 	if lost := len(m.last) - len(ids); lost >= 2 && 4*lost > len(m.last) {
 		now := time.Now()
 		if m.lossSince.IsZero() {

@@ -157,17 +157,6 @@ func TestMemberKilledLosesNothingAndPublishesNothingTwice(t *testing.T) {
 	msgs := slices.Clone(all)
 	mu.Unlock()
 	require.Eventually(t, func() bool { return count() >= uint64(len(msgs)) }, 60*time.Second, 20*time.Millisecond)
-	seen := map[string]int{}
-	info, err := w.stream.Info(context.Background())
-	require.NoError(t, err)
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := w.stream.GetMsg(context.Background(), seq)
-		require.NoError(t, err)
-		seen[m.Header.Get(broker.HeaderMsgID)]++
-	}
-	for _, m := range msgs {
-		require.Equal(t, 1, seen[m.ID.String()], "event %s in the stream", m.ID)
-	}
-	require.Len(t, seen, len(msgs), "nothing else in the stream")
+	w.requireStoredOnce(t, msgs)
 	t.Logf("%d events over %d databases, each in the stream once", len(msgs), len(outs))
 }

@@ -61,6 +61,9 @@ func (r *runner) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errResize) {
+			continue
+		}
 		if time.Since(began) > r.f.cfg.MaxBackoff {
 			bo.Reset() // it ran a while: a new run of failures
 		}
@@ -85,10 +88,7 @@ func (r *runner) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Those that serve it share its partitions: k of the members, or all
-	// of them when fewer (sized at start; a later change of the members
-	// moves leases within the same pools).
-	budget := Budget(parts, min(cfg.Replicas, max(len(r.f.Members()), 1)), cfg.MaxConnsPerDatabase)
+	budget := r.budget(parts)
 	pool, err := r.pool(ctx, budget)
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func (r *runner) serve(ctx context.Context) error {
 	r.log.Info("serving database", "partitions", parts, "connections", budget)
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	go r.check(ctx, pool, stop)
+	go r.check(ctx, pool, relay, budget, stop)
 	if err := relay.Run(ctx); err != nil {
 		return err
 	}
@@ -123,16 +123,38 @@ func (r *runner) serve(ctx context.Context) error {
 	return nil
 }
 
+// budget is the connections this member opens to a database of parts
+// partitions: those that serve it share its partitions, k of the members,
+// or all of them when fewer.
+func (r *runner) budget(parts int) int {
+	cfg := r.f.cfg
+	return Budget(parts, min(cfg.Replicas, max(len(r.f.Members()), 1)), cfg.MaxConnsPerDatabase)
+}
+
 // errDown ends a relay whose database the check could not reach.
 var errDown = errors.New("fleet: database unreachable")
+
+// errResize ends a relay whose budget no longer fits its database: the
+// partition count changed (a repartition) or the fleet fell below k
+// members. The runner starts it again at once with a pool of the new size.
+var errResize = errors.New("fleet: connection budget changed")
 
 // check pings the database every MemberTTL/3 while its relay runs: a
 // database that stops answering is counted and reported down, and after
 // three failed checks in a row its relay is stopped (leases given back for
-// the others, if they reach it) and the database backed off.
-func (r *runner) check(ctx context.Context, pool *pgxpool.Pool, stop context.CancelCauseFunc) {
+// the others, if they reach it) and the database backed off. A budget that
+// no longer fits (see errResize) stops the relay too, to be started again
+// with a pool of the new size: a pool's size is fixed when it opens.
+func (r *runner) check(ctx context.Context, pool *pgxpool.Pool, relay *outbox.Relay, budget int, stop context.CancelCauseFunc) {
 	failed := 0
 	wait.Every(ctx, r.f.cfg.MemberTTL/3, func(ctx context.Context) {
+		if n := relay.Partitions(); n > 0 {
+			if want := r.budget(n); want != budget {
+				r.log.Info("connection budget changed; restarting the database's relay", "partitions", n, "connections", budget, "want", want)
+				stop(errResize)
+				return
+			}
+		}
 		pctx, cancel := context.WithTimeout(ctx, r.f.cfg.ConnectTimeout)
 		defer cancel()
 		err := pool.Ping(pctx)

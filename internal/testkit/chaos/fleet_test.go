@@ -21,7 +21,7 @@ const fleetMemberHelper = "fleet-member"
 func cleanFleet() *FleetObservations {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	o := &FleetObservations{Databases: []string{"a", "b"}, Members: 10, DownDB: "b", Lease: 3 * time.Second,
-		Baseline: Window{t0, t0.Add(10 * time.Second)}, Down: Window{t0.Add(10 * time.Second), t0.Add(20 * time.Second)},
+		Baselines: []Window{{t0, t0.Add(10 * time.Second)}}, Down: Window{t0.Add(10 * time.Second), t0.Add(20 * time.Second)},
 		MaxConns: map[string]int{"a": 15}, MaxConnsHandover: map[string]int{"a": 20}, Budget: 15}
 	seq := uint64(0)
 	for _, at := range []time.Duration{time.Second, 2 * time.Second, 11 * time.Second, 12 * time.Second} {
@@ -102,7 +102,7 @@ func TestRunFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	v, err := RunFleet(ctx, FleetOptions{Duration: 40 * time.Second, Dir: t.TempDir(), Log: &log,
+	v, err := RunFleet(ctx, FleetOptions{Duration: 40 * time.Second, Dir: t.TempDir(), Log: &log, Small: true,
 		Member: func(args []string) (string, []string, []string) {
 			return self, args, []string{helperEnv + "=" + fleetMemberHelper}
 		}})

@@ -45,6 +45,12 @@ type FleetKill struct {
 	// database had an unexpired lease held by a live member; negative if
 	// that was not seen before the run gave up waiting.
 	Reown time.Duration
+	// FirstReown is how long after the kill the last partition was first
+	// seen held by a live member (a partition handed over later is
+	// unheld again meanwhile); Waiting names the partitions without a
+	// live owner at the last look before Reown.
+	FirstReown time.Duration
+	Waiting    []string
 	// Moved and Total count the partition leases (of the live databases)
 	// whose owner changed between just before the kill and Reown, and all
 	// of them.
@@ -62,14 +68,18 @@ type FleetObservations struct {
 	Members   int // fleet members configured (n)
 	Written   []FleetWrite
 	Stream    []StreamEvent
-	// Baseline is a window without faults; Down a window in which DownDB
-	// was stopped (the run takes the outage's last stretch, as long as the
-	// baseline right after it). The commit-to-publish p99 of the other
-	// databases' events (all but DownDB) in both is compared.
-	Baseline, Down Window
-	DownDB         string
-	Lease          time.Duration
-	Kills          []FleetKill
+	// Baselines are windows without faults, Down a window in which DownDB
+	// was stopped (the run takes one baseline right before the outage,
+	// the outage's last stretch, and one baseline right after it, each as
+	// long). The commit-to-publish p99 of the other databases' events (all
+	// but DownDB) in Down is compared with that of the baselines' events
+	// pooled: the machine's load drifts over a run, and a baseline on one
+	// side only measured the outage against whatever that side held.
+	Baselines []Window
+	Down      Window
+	DownDB    string
+	Lease     time.Duration
+	Kills     []FleetKill
 	// MaxConns is the most server connections of the fleet seen per
 	// database while no member joined or left; MaxConnsHandover over the
 	// whole run.
@@ -88,6 +98,7 @@ type FleetVerdict struct {
 	Reowned                                   int // kills after which every partition was owned again within the bound
 	MaxReown                                  time.Duration
 	P99Baseline, P99OtherDown                 time.Duration
+	P99EachBaseline                           []time.Duration // each baseline window's own
 	MaxConns, MaxConnsHandover                int
 	MovedPerDeath, Expected                   float64
 	Examples                                  []string
@@ -134,6 +145,7 @@ func CheckFleet(o *FleetObservations) *FleetVerdict {
 	}
 	perDB := map[string]int{}
 	var base, down []time.Duration
+	each := make([][]time.Duration, len(o.Baselines))
 	for _, w := range o.Written {
 		perDB[w.DB]++
 		e, ok := first[w.ID]
@@ -143,12 +155,17 @@ func CheckFleet(o *FleetObservations) *FleetVerdict {
 			continue
 		}
 		lat := e.At.Sub(w.At)
-		switch {
-		case w.DB == o.DownDB: // the same databases in both windows
-		case o.Baseline.holds(w.At):
-			base = append(base, lat)
-		case o.Down.holds(w.At):
+		if w.DB == o.DownDB { // the same databases in every window
+			continue
+		}
+		if o.Down.holds(w.At) {
 			down = append(down, lat)
+		}
+		for i, b := range o.Baselines {
+			if b.holds(w.At) {
+				base = append(base, lat)
+				each[i] = append(each[i], lat)
+			}
 		}
 	}
 	for _, db := range o.Databases {
@@ -157,11 +174,17 @@ func CheckFleet(o *FleetObservations) *FleetVerdict {
 		}
 	}
 	v.P99Baseline, v.P99OtherDown = p99(base), p99(down)
+	windows := make([]string, len(each))
+	for i, b := range each {
+		v.P99EachBaseline = append(v.P99EachBaseline, p99(b))
+		windows[i] = p99(b).String()
+	}
 	switch {
 	case len(base) == 0 || len(down) == 0:
 		fail(InvFleetIsolation, "no events to compare: %d in the baseline window, %d of the others while %s was down", len(base), len(down), o.DownDB)
 	case float64(v.P99OtherDown) > fleetSlowdown*float64(v.P99Baseline):
-		fail(InvFleetIsolation, "the other databases' p99 %s while %s was down is above %.1f x the baseline's %s", v.P99OtherDown, o.DownDB, fleetSlowdown, v.P99Baseline)
+		fail(InvFleetIsolation, "the other databases' p99 %s while %s was down is above %.1f x the baselines' %s (each window's: %s)",
+			v.P99OtherDown, o.DownDB, fleetSlowdown, v.P99Baseline, strings.Join(windows, ", "))
 	}
 	bound := ReownBound(o.Lease)
 	var moved float64

@@ -52,7 +52,7 @@ func newFleetDB(ctx context.Context, c *pgcluster.Cluster, name string) (*fleetD
 	}
 	cfg.MaxConns = 3
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fleetchaos"
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	if d.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -142,6 +142,17 @@ func (d *fleetDB) owners(ctx context.Context) (map[int]string, error) {
 	var o string
 	_, err = pgx.ForEachRow(rows, []any{&p, &o}, func() error { out[p] = o; return nil })
 	return out, err
+}
+
+// relays counts the relays with a live heartbeat in d (relay_nodes): a
+// member serving d that holds no partition is counted too.
+func (d *fleetDB) relays(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var n int
+	err := d.pool.QueryRow(ctx, `SELECT count(*) FROM oncekit.relay_nodes WHERE heartbeat_at > now() - make_interval(secs => $1)`,
+		fleetLease.Seconds()).Scan(&n)
+	return n, err
 }
 
 // connSampler keeps the most server connections with application_name app

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type FleetOptions struct {
 	Member func(args []string) (path string, argv, env []string)
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
+	// Small runs 12 members in 4 processes over 5 databases (two on each
+	// of two clusters and the stopped one), for a run beside other tests.
+	Small bool
 }
 
 // The fleet run's shape. Eleven databases: five on each of two clusters and
@@ -59,13 +63,14 @@ const (
 	fleetApp           = "fleetchaos-fleet"
 )
 
-// fleetPhases splits d: warm-up (then until the leases stand still), the
-// database stop (60 s, or half of a shorter run), a baseline window
-// without faults, and the kills (at least one process kill and one NATS
-// node kill).
+// fleetPhases splits d: warm-up (then until the leases stand still), a
+// baseline window without faults, the database stop (60 s, or half of a
+// shorter run), a second baseline, and the kills (at least two process
+// kills and two NATS node kills, however short; one of each in a small
+// run).
 func fleetPhases(d time.Duration) (warm, base, down, kills time.Duration) {
 	warm, base, down = min(10*time.Second, d/8), min(20*time.Second, d/6), min(60*time.Second, d/2)
-	return warm, base, down, d - warm - base - down
+	return warm, base, down, max(d-warm-2*base-down, 0)
 }
 
 // RunFleet runs a relay fleet under faults and checks it: a three-node
@@ -107,7 +112,7 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	}
 	rng := rand.New(rand.NewPCG(opt.Seed, 3))
 	warm, base, downFor, killFor := fleetPhases(opt.Duration)
-	logf("seed %d, dir %s, duration %s: warm-up %s, database down %s, baseline %s, kills %s", opt.Seed, opt.Dir, opt.Duration, warm, downFor, base, killFor)
+	logf("seed %d, dir %s, duration %s: warm-up %s, database down %s, baselines 2 x %s, kills %s", opt.Seed, opt.Dir, opt.Duration, warm, downFor, base, killFor)
 
 	cluster, err := StartNATSCluster(ctx, filepath.Join(opt.Dir, "nats"), 3)
 	if err != nil {
@@ -142,8 +147,12 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 			d.pool.Close()
 		}
 	}()
-	for i := range 2*fleetDBsPerCluster + 1 {
-		d, err := newFleetDB(ctx, pgs[min(i/fleetDBsPerCluster, 2)], fmt.Sprintf("db%02d", i))
+	nproc, perProc, perCluster := fleetProcesses, fleetPerProcess, fleetDBsPerCluster
+	if opt.Small {
+		nproc, perProc, perCluster = 4, 3, 2
+	}
+	for i := range 2*perCluster + 1 {
+		d, err := newFleetDB(ctx, pgs[min(i/perCluster, 2)], fmt.Sprintf("db%02d", i))
 		if err != nil {
 			return nil, err
 		}
@@ -160,27 +169,29 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	}
 	logf("%d databases on %d PostgreSQL clusters (%s), migrations applied; nats %s", len(dbs), len(pgs), pgs[0].Addr()+" "+pgs[1].Addr()+" "+pgs[2].Addr(), natsURL)
 
-	// The killed processes come back after a lease, so that what their
-	// death moved is measured before their new members join.
-	sup, err := NewSupervisor(SupervisorConfig{Dir: opt.Dir, Backoff: fleetLease + time.Second})
+	// The killed processes come back once the bound on re-ownership has
+	// passed, so that what their death moved is measured before their new
+	// members join: the databases those take over are handed to them,
+	// each partition without an owner for up to a third of a lease.
+	sup, err := NewSupervisor(SupervisorConfig{Dir: opt.Dir, Backoff: ReownBound(fleetLease) + time.Second})
 	if err != nil {
 		return nil, err
 	}
 	defer sup.Stop()
 	var procs []string
-	for i := range fleetProcesses {
+	for i := range nproc {
 		name := fmt.Sprintf("fleet-%d", i)
 		mf := fleetMemberFlags{nats: natsURL, file: file, bucket: "fleetchaos", prefix: name, app: fleetApp,
-			members: fleetPerProcess, replicas: fleetReplicas, ttl: fleetMemberTTL, lease: fleetLease, poll: fleetPoll}
+			members: perProc, replicas: fleetReplicas, ttl: fleetMemberTTL, lease: fleetLease, poll: fleetPoll}
 		path, argv, env := opt.Member(mf.args())
 		if err := sup.Start(Role{Name: name, Path: path, Args: argv, Env: env}); err != nil {
 			return nil, err
 		}
 		procs = append(procs, name)
 	}
-	logf("%d fleet members (k=%d) in %d processes, logs in %s", fleetProcesses*fleetPerProcess, fleetReplicas, fleetProcesses, opt.Dir)
+	logf("%d fleet members (k=%d) in %d processes, logs in %s", nproc*perProc, fleetReplicas, nproc, opt.Dir)
 
-	obs := &FleetObservations{Members: fleetProcesses * fleetPerProcess, DownDB: downDB.name, Lease: fleetLease,
+	obs := &FleetObservations{Members: nproc * perProc, DownDB: downDB.name, Lease: fleetLease,
 		Budget: fleetReplicas * fleet.Budget(fleetPartitions, fleetReplicas, fleetMaxConns)}
 	for _, d := range dbs {
 		obs.Databases = append(obs.Databases, d.name)
@@ -192,7 +203,7 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	sampler := &connSampler{app: fleetApp, max: map[string]int{}, steadyMax: map[string]int{}}
 	admin := make([]*pgxpool.Pool, 0, len(pgs))
 	for _, c := range pgs {
-		p, err := pgxpool.New(ctx, c.URL("postgres")+"&application_name=fleetchaos&connect_timeout=2")
+		p, err := pgxpool.New(ctx, c.URL("postgres")+"&application_name=fleetchaos&connect_timeout=10")
 		if err != nil {
 			return nil, err
 		}
@@ -230,6 +241,12 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	// The members have joined once every lease stood still for a lease.
 	settleLeases(ctx, dbs)
 	sampler.steady.Store(true) // no member joins or leaves until the kills
+	// The first baseline: every database up, no fault.
+	before := Window{From: time.Now()}
+	if !wait.Sleep(ctx, base) {
+		return nil, ctx.Err()
+	}
+	before.To = time.Now()
 
 	// One database stopped: its cluster, by `pg_ctl stop -m immediate`.
 	logf("stopping %s (cluster %s) for %s", downDB.name, pgs[2].Addr(), downFor)
@@ -238,26 +255,31 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	}
 	obs.DBStops++
 	wait.Sleep(ctx, downFor)
-	// The outage's last stretch, as long as the baseline that follows it:
-	// the two windows are compared under the same load on the machine.
+	// The outage's last stretch, as long as each baseline, between them.
 	obs.Down = Window{From: time.Now().Add(-base), To: time.Now()}
 	if err := pgs[2].Start(ctx); err != nil {
 		return nil, fmt.Errorf("start %s again: %w", pgs[2].Addr(), err)
 	}
 	logf("%s is up again", downDB.name)
-	// The baseline: every database up, no fault.
-	obs.Baseline = Window{From: time.Now()}
+	// The second baseline: every database up again, no fault.
+	after := Window{From: time.Now()}
 	if !wait.Sleep(ctx, base) {
 		return nil, ctx.Err()
 	}
-	obs.Baseline.To = time.Now()
+	after.To = time.Now()
+	obs.Baselines = []Window{before, after}
 
 	sampler.steady.Store(false)
 	// Kills: a fleet process, then a NATS node, and so on until the phase
-	// ends; after each process kill, the wait for its partitions' new owners.
+	// ends, two of each at least (one in a small run); after each process
+	// kill, the wait for its partitions' new owners.
 	live := dbs[:len(dbs)-1] // the stopped database's relays may still be backing off
 	end := time.Now().Add(killFor)
-	for i := 0; time.Now().Before(end) || len(obs.Kills) == 0 || obs.NATSNodeKills == 0; i++ {
+	least := 2
+	if opt.Small {
+		least = 1
+	}
+	for i := 0; time.Now().Before(end) || len(obs.Kills) < least || obs.NATSNodeKills < least; i++ {
 		if i%2 == 1 {
 			n := rng.IntN(3)
 			logf("killing NATS node %s", cluster.ServerName(n))
@@ -280,11 +302,14 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 				up = append(up, p)
 			}
 		}
-		k, err := killFleetProcess(ctx, sup, up[rng.IntN(len(up))], live)
+		k, err := killFleetProcess(ctx, sup, up[rng.IntN(len(up))], perProc, live)
 		if err != nil {
 			return nil, err
 		}
-		logf("killed %s (%d members): partitions owned again after %s, %d of %d leases moved", k.Process, k.Members, k.Reown, k.Moved, k.Total)
+		logf("killed %s (%d members): partitions owned again after %s (each held by a survivor within %s), %d of %d leases moved", k.Process, k.Members, k.Reown, k.FirstReown, k.Moved, k.Total)
+		if k.Reown < 0 || k.Reown > ReownBound(fleetLease)*2/3 {
+			logf("the last partitions without a live owner: %s", strings.Join(k.Waiting, ", "))
+		}
 		obs.Kills = append(obs.Kills, k)
 	}
 	stopLoad()
@@ -306,6 +331,8 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	}
 	obs.MaxConns, obs.MaxConnsHandover = sampler.snapshot()
 	v = CheckFleet(obs)
+	logf("commit-to-publish p99 of the databases other than %s: %s while it was down; %s in the baselines pooled (%s before, %s after)",
+		obs.DownDB, v.P99OtherDown, v.P99Baseline, at(v.P99EachBaseline, 0), at(v.P99EachBaseline, 1))
 	for _, e := range v.Examples {
 		logf("%s", e)
 	}
@@ -331,7 +358,7 @@ func fleetStream(ctx context.Context, natsURL string) error {
 // killFleetProcess SIGKILLs process name and waits until every partition
 // of the live databases has an unexpired lease held by a member that did
 // not die with it, or 3 leases.
-func killFleetProcess(ctx context.Context, sup *Supervisor, name string, live []*fleetDB) (FleetKill, error) {
+func killFleetProcess(ctx context.Context, sup *Supervisor, name string, members int, live []*fleetDB) (FleetKill, error) {
 	before := map[string]map[int]string{}
 	for _, d := range live {
 		o, err := d.owners(ctx)
@@ -341,23 +368,34 @@ func killFleetProcess(ctx context.Context, sup *Supervisor, name string, live []
 		before[d.name] = o
 	}
 	pid := sup.PID(name)
-	k := FleetKill{Process: name, At: time.Now(), Members: fleetPerProcess, Reown: -1}
+	k := FleetKill{Process: name, At: time.Now(), Members: members, Reown: -1}
 	if err := sup.Kill(name); err != nil {
 		return k, err
 	}
 	deadline := time.Now().Add(3 * fleetLease)
+	// When each partition was first seen held by a survivor, and the
+	// partitions not held at the last look: a partition held and then
+	// unheld again was handed over, one never held was slow to be taken.
+	first := map[string]time.Duration{}
+	var waiting []string
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		moved, total, owned := 0, 0, true
+		waiting = waiting[:0]
 		for _, d := range live {
 			o, err := d.owners(ctx)
 			if err != nil {
 				owned = false
+				waiting = append(waiting, d.name+": "+err.Error())
 				break
 			}
 			for p, owner := range o {
 				total++
+				at := fmt.Sprintf("%s/%d", d.name, p)
 				if owner == "" || killedBy(owner, name, pid) {
 					owned = false
+					waiting = append(waiting, fmt.Sprintf("%s (held since %s: %t)", at, first[at], first[at] > 0))
+				} else if _, ok := first[at]; !ok {
+					first[at] = time.Since(k.At)
 				}
 				if before[d.name][p] != owner {
 					moved++
@@ -368,13 +406,20 @@ func killFleetProcess(ctx context.Context, sup *Supervisor, name string, live []
 			k.Reown, k.Moved, k.Total = time.Since(k.At), moved, total
 			break
 		}
+		k.Waiting = slices.Clone(waiting)
 		wait.Sleep(ctx, 100*time.Millisecond)
+	}
+	for _, d := range first {
+		k.FirstReown = max(k.FirstReown, d)
 	}
 	return k, ctx.Err()
 }
 
-// settleLeases waits until every partition of dbs is owned and no owner
-// changed for a lease, or 4 leases.
+// settleLeases waits until every database of dbs has k relays, every
+// partition is owned and no owner changed for a lease, or 4 leases. The
+// relays are counted too: a member that serves a database it is no longer
+// assigned to, or not yet, may hold no partition there but holds
+// connections.
 func settleLeases(ctx context.Context, dbs []*fleetDB) {
 	ctx, cancel := context.WithTimeout(ctx, 4*fleetLease)
 	defer cancel()
@@ -391,6 +436,12 @@ func settleLeases(ctx context.Context, dbs []*fleetDB) {
 				if owner == "" {
 					return fmt.Errorf("%s: partition %d unowned", d.name, p)
 				}
+			}
+			switch n, err := d.relays(ctx); {
+			case err != nil:
+				return err
+			case n != fleetReplicas:
+				return fmt.Errorf("%s: %d relays", d.name, n)
 			}
 			now[d.name] = o
 		}
@@ -432,4 +483,12 @@ func drainFleet(ctx context.Context, dbs []*fleetDB, within time.Duration, logf 
 		}
 		return fmt.Errorf("unpublished: %s", strings.Join(left, ", "))
 	})
+}
+
+// at is ds[i], zero when ds is shorter.
+func at(ds []time.Duration, i int) time.Duration {
+	if i < len(ds) {
+		return ds[i]
+	}
+	return 0
 }
