@@ -327,11 +327,11 @@ func (r *LogicalRelay) leased(ctx context.Context) error {
 	// The stream starts again within the lease, so that the slot's
 	// position is known throughout: no other relay streams meanwhile.
 	for bo := r.restartBackoff(); ; {
-		err = r.stream(sctx)
+		err = r.stream(sctx, id)
 		if sctx.Err() != nil {
 			break
 		}
-		if errors.Is(err, ErrPooled) {
+		if errors.Is(err, ErrPooled) || errors.Is(err, errServerChanged) {
 			return err
 		}
 		if lost := r.refreshSlot(sctx, true); errors.Is(lost, ErrSlotLost) {
@@ -427,13 +427,17 @@ type walEvent struct {
 // stream runs one replication session: a reader decodes the stream and
 // reports the confirmed position while the publisher publishes what it
 // decoded as soon as it is there, so that no round waits for the next to be
-// read, nor the next for a timer.
-func (r *LogicalRelay) stream(ctx context.Context) error {
+// read, nor the next for a timer. It streams only from the server of the
+// lease (errServerChanged otherwise).
+func (r *LogicalRelay) stream(ctx context.Context, lease serverIdentity) error {
 	conn, err := r.connectReplication(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := sameServer(ctx, conn, lease); err != nil {
+		return err
+	}
 	err = pglogrepl.StartReplication(ctx, conn, r.ob.slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.ob.slot + "'", "messages 'true'"},
 	})

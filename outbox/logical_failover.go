@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/internal/pgsql"
 )
@@ -118,6 +119,27 @@ func (r *LogicalRelay) checkFailover(ctx context.Context) (serverIdentity, error
 	r.log.Info("the slot was kept across a failover; streaming from its copy (events after its position are published again)",
 		"from_timeline", since, "to_timeline", id.timeline, "switch_lsn", lost.SwitchLSN, "slot_lsn", s.ConfirmedLSN, "recorded_lsn", recorded.String())
 	return id, nil
+}
+
+// errServerChanged ends a lease whose replication connection reaches
+// another server than the one the lease began on: a standby promoted since
+// (the lease's own connection, to the old primary, may not have failed yet).
+// Streaming there within the lease would move the slot past the failover's
+// switch point before the next lease's checkFailover has recorded the new
+// timeline, and that lease would take the slot for one made anew.
+var errServerChanged = errors.New("outbox: the replication connection reaches another server than the lease began on")
+
+// sameServer checks, on a replication connection, that the server is the
+// lease's: same system, same timeline.
+func sameServer(ctx context.Context, conn *pgconn.PgConn, lease serverIdentity) error {
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("identify the server: %w", err)
+	}
+	if sys.SystemID != lease.systemID || int64(sys.Timeline) != lease.timeline {
+		return fmt.Errorf("%w (timeline %d, now %d): a new lease checks the failover", errServerChanged, lease.timeline, sys.Timeline)
+	}
+	return nil
 }
 
 // identify runs IDENTIFY_SYSTEM over a replication connection and, when the server's timeline is past since (> 0), reads

@@ -311,3 +311,49 @@ func TestLogicalRelayKeepsItsSlotAcrossAFailoverOn17(t *testing.T) {
 	require.Eventually(t, func() bool { return len(uniqueIDs(t, b)) == len(want) }, 30*time.Second, 50*time.Millisecond,
 		"a relay started after the failover publishes")
 }
+
+// A relay's stream restarts within its lease, and the lease's own
+// connection outlives the failover's cut by up to a StatusInterval (the
+// heartbeat finds it broken). The stream must not start again on the
+// promoted server within that lease: there it would move the slot past the
+// switch point before a new lease recorded the new timeline, and the next
+// lease would take the slot for one made anew and stop the relay. With a
+// StatusInterval of 10 s, the stream's restart reaches the promoted server
+// seconds before the heartbeat's next tick: the lease ends at once instead,
+// and the next one keeps the slot.
+func TestLogicalRelayStreamsOnAPromotedServerOnlyInANewLease(t *testing.T) {
+	t.Parallel()
+	rig := newFailoverRig(t, true)
+	b := rig.b
+	pub, _ := publisher(t, b.nats.URL)
+	_, reg := b.startLogicalRelay(t, pub, outbox.LogicalRelayConfig{StatusInterval: 10 * time.Second})
+	var want []broker.Message
+	add := func(n int) {
+		for range n {
+			m := b.msg(fmt.Sprintf("k%d", len(want)%5), len(want))
+			enqueueRetrying(t, b, m)
+			want = append(want, m)
+		}
+	}
+	add(20)
+	waitCount(t, b.stream, 20, 30*time.Second)
+	require.Eventually(t, func() bool {
+		var synced bool
+		query(t, rig.standby, `SELECT count(*) = 1 FROM pg_replication_slots WHERE slot_name = $1 AND synced AND NOT temporary`,
+			[]any{"oncekit_" + b.db.Schema}, &synced)
+		return synced
+	}, 60*time.Second, 50*time.Millisecond, "the standby syncs its copy of the slot")
+	rig.waitReplayed(t)
+	rig.failover(t)
+	add(20)
+	require.Eventually(t, func() bool { return len(uniqueIDs(t, b)) >= len(want) }, 60*time.Second, 50*time.Millisecond,
+		"every event reaches the stream")
+	var timeline int64
+	require.Eventually(t, func() bool {
+		return b.db.Pool.QueryRow(context.Background(), `SELECT coalesce(timeline, 0) FROM logical_slots`).Scan(&timeline) == nil && timeline == 2
+	}, 30*time.Second, 20*time.Millisecond, "a lease records the slot on the new timeline")
+	add(1)
+	require.Eventually(t, func() bool { return len(uniqueIDs(t, b)) == len(want) }, 30*time.Second, 50*time.Millisecond,
+		"the relay streams on after the failover")
+	require.Zero(t, metricValue(t, reg, "oncekit_outbox_logical_slot_lost"))
+}
