@@ -68,10 +68,17 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome)
 		// lately; a duplicate makes the plain INSERT fail, and the claim is
 		// redone with ON CONFLICT DO NOTHING.
 		expectNew := c.conflictCooldown.Load() <= 0
-		tx, claimed, err := c.pipelinedBeginClaim(ctx, bs, ids, expectNew)
-		if err != nil && expectNew && pgsql.IsUniqueViolation(err) {
+		var (
+			tx      pgx.Tx
+			claimed map[uuid.UUID]bool
+			err     error
+		)
+		for plain := expectNew; ; plain = false {
+			tx, claimed, err = c.pipelinedBeginClaim(ctx, bs, ids, plain)
+			if err == nil || !plain || !pgsql.IsUniqueViolation(err) {
+				break
+			}
 			c.conflictCooldown.Store(conflictCooldown)
-			tx, claimed, err = c.pipelinedBeginClaim(ctx, bs, ids, false)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -93,7 +100,13 @@ func (c *Consumer) beginClaim(ctx context.Context, items []*item, out []outcome)
 	case len(ids) == 0:
 		claimed = map[uuid.UUID]bool{}
 	default:
-		claimed, err = c.store.claimAll(ctx, tx, c.cfg.Name, ids)
+		b := &pgx.Batch{}
+		read := c.store.queueClaims(b, c.cfg.Name, ids, false)
+		br := tx.SendBatch(ctx, b)
+		claimed, err = read(br)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))

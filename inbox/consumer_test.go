@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
@@ -45,6 +46,39 @@ func TestProcessesEachMessageOnce(t *testing.T) {
 				require.Equal(t, 1, eff[m.ID])
 			}
 			require.Equal(t, 200, b.count(`SELECT count(*) FROM processed_messages WHERE consumer = 'c'`))
+		})
+	}
+}
+
+// plainDB hides the pool's SendBatch: the consumer then begins its
+// transaction and claims in it, instead of pipelining the claims with BEGIN.
+type plainDB struct{ oncekit.DB }
+
+// On a DB without SendBatch the claims are made in the transaction: each
+// message takes effect once, and every message delivered again (through a
+// second durable, to the same consumer Name) is found claimed.
+func TestConsumesOnADBWithoutBatches(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 20} {
+		t.Run(map[int]string{1: "single", 20: "batch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			msgs := b.msgs(100)
+			b.publish(msgs...)
+			cfg := b.config("c")
+			cfg.BatchSize = batch
+			first := b.startOn(plainDB{b.db.Pool}, b.source("d1", time.Second), inbox.HandlerFunc(insertEffect), cfg)
+			waitStats(t, first, func(s inbox.Stats) bool { return s.Processed == 100 })
+			again := b.config("c")
+			again.BatchSize = batch
+			second := b.startOn(plainDB{b.db.Pool}, b.source("d2", time.Second), inbox.HandlerFunc(insertEffect), again)
+			waitStats(t, second, func(s inbox.Stats) bool { return s.Duplicates == 100 })
+			require.Equal(t, inbox.Stats{Duplicates: 100}, second.Stats())
+			eff := b.effects()
+			require.Len(t, eff, 100)
+			for _, m := range msgs {
+				require.Equal(t, 1, eff[m.ID])
+			}
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/broker"
 	"github.com/oncekit/oncekit/broker/natsjs"
 	"github.com/oncekit/oncekit/inbox"
@@ -134,7 +135,13 @@ func (b *bundle) config(name string) *inbox.Config {
 // start runs a consumer until the test ends.
 func (b *bundle) start(src broker.Source, h inbox.Handler, cfg *inbox.Config) *inbox.Consumer {
 	b.t.Helper()
-	c, err := inbox.NewConsumer(b.db.Pool, src, h, cfg)
+	return b.startOn(b.db.Pool, src, h, cfg)
+}
+
+// startOn runs a consumer on db until the test ends.
+func (b *bundle) startOn(db oncekit.DB, src broker.Source, h inbox.Handler, cfg *inbox.Config) *inbox.Consumer {
+	b.t.Helper()
+	c, err := inbox.NewConsumer(db, src, h, cfg)
 	require.NoError(b.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

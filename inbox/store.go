@@ -110,16 +110,12 @@ func (s *Store) Claim(ctx context.Context, tx oncekit.Querier, consumer string, 
 	return tag.RowsAffected() == 1, nil
 }
 
-// claimAll claims ids in one statement and returns those it claimed. The IDs
-// are sorted (unnest keeps array order), so two batches sharing messages lock
-// them in the same order and cannot deadlock on each other's claims.
-func (s *Store) claimAll(ctx context.Context, tx oncekit.Querier, consumer string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
-	rows, err := tx.Query(ctx, s.claimBatch, consumer, sortedArgs(ids))
-	return scanClaims(rows, err, len(ids))
-}
-
 // queueClaims queues the claim of ids (one or many) on b and returns the
-// function that reads its result from the sent batch. With expectNew the
+// function that reads its result from the sent batch: the claims of a
+// batch's messages, in one statement, whether the batch is pipelined with
+// its BEGIN or sent in the transaction. Many IDs are sorted (unnest keeps
+// array order), so two batches sharing messages lock them in the same order
+// and cannot deadlock on each other's claims. With expectNew the
 // claim is a plain INSERT, cheaper than ON CONFLICT's speculative insertion,
 // that fails with a unique violation (aborting the transaction) if any ID is
 // already claimed; the caller then starts over without expectNew.
