@@ -49,6 +49,25 @@ func publishUntilAcked(ctx context.Context, t *testing.T, js jetstream.JetStream
 	}
 }
 
+// untilAnswered calls create, an idempotent JetStream API request, until it
+// is answered, waiting at most 15 s for each answer. On a cluster just
+// formed, and on a loaded machine, such a request can go unanswered for good
+// (the new stream's or consumer's group elects its leader after the client
+// stopped listening): one attempt bounded only by ctx would wait for all of it.
+func untilAnswered[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		v, err := create(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return v, err
+		}
+		if !wait.Sleep(ctx, 200*time.Millisecond) {
+			return v, err
+		}
+	}
+}
+
 // consumed is the set of message IDs a consumer received, with counts.
 type consumed struct {
 	mu  sync.Mutex
@@ -84,13 +103,17 @@ func TestNATSClusterSurvivesStreamLeaderKill(t *testing.T) {
 	nc := connectCluster(t, c)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "CHAOS", Subjects: []string{"chaos.>"}, Replicas: 3, Storage: jetstream.FileStorage,
-		Duplicates: 5 * time.Minute,
+	stream, err := untilAnswered(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: "CHAOS", Subjects: []string{"chaos.>"}, Replicas: 3, Storage: jetstream.FileStorage,
+			Duplicates: 5 * time.Minute,
+		})
 	})
 	require.NoError(t, err)
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "ledger", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second,
+	cons, err := untilAnswered(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable: "ledger", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second,
+		})
 	})
 	require.NoError(t, err)
 
