@@ -60,7 +60,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 10, "failed publishes before a message is parked")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "keep published rows this long after their enqueue (negative: never delete)")
 	fs.IntVar(&cfg.RetentionRate, "retention-rate", oncekit.DefaultRetentionRate, "most rows retention deletes per second (negative: no limit)")
-	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", 30*time.Second, "bound on one publish round")
+	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", 30*time.Second, "bound on one publish round and on one publish's wait for its ack")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -132,7 +132,9 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	np, err := natsjs.NewPublisher(nc, nil)
+	// A publish the relay gave up on frees its place in the window then,
+	// not only after the publisher's own default.
+	np, err := natsjs.NewPublisher(nc, &natsjs.PublisherConfig{AckTimeout: cfg.PublishTimeout})
 	if err != nil {
 		return err
 	}

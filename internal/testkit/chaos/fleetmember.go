@@ -85,7 +85,7 @@ func runFleetMembers(ctx context.Context, f *fleetMemberFlags, log *slog.Logger)
 	if err != nil {
 		return err
 	}
-	pub, err := natsjs.NewPublisher(nc, nil)
+	pub, err := natsjs.NewPublisher(nc, &natsjs.PublisherConfig{AckTimeout: fleetPublishTimeout})
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func runFleetMembers(ctx context.Context, f *fleetMemberFlags, log *slog.Logger)
 		m, err := fleet.New(js, pub, &fleet.Config{
 			ID: id, Bucket: f.bucket, BucketReplicas: 3, Replicas: f.replicas, MemberTTL: f.ttl, ApplicationName: f.app,
 			ConnectTimeout: 2 * time.Second, MinBackoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second,
-			Relay:  outbox.RelayConfig{Lease: f.lease, PollInterval: f.poll, PublishTimeout: 10 * time.Second, StatsInterval: time.Minute},
+			Relay:  outbox.RelayConfig{Lease: f.lease, PollInterval: f.poll, PublishTimeout: fleetPublishTimeout, StatsInterval: time.Minute},
 			Logger: log,
 		})
 		if err == nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -60,7 +59,11 @@ const (
 	fleetMemberTTL     = 3 * time.Second
 	fleetRepartition   = 12 // the count one database is repartitioned to
 	fleetPoll          = 250 * time.Millisecond
-	fleetApp           = "fleetchaos-fleet"
+	// fleetPublishTimeout bounds a relay's publish round and a publish's
+	// wait for its ack alike.
+	fleetPublishTimeout = 10 * time.Second
+	fleetApp            = "fleetchaos-fleet"
+	fleetBucketName     = "fleetchaos" // the members' bucket
 )
 
 // fleetPhases splits d: warm-up (then until the leases stand still), a
@@ -181,7 +184,7 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	var procs []string
 	for i := range nproc {
 		name := fmt.Sprintf("fleet-%d", i)
-		mf := fleetMemberFlags{nats: natsURL, file: file, bucket: "fleetchaos", prefix: name, app: fleetApp,
+		mf := fleetMemberFlags{nats: natsURL, file: file, bucket: fleetBucketName, prefix: name, app: fleetApp,
 			members: perProc, replicas: fleetReplicas, ttl: fleetMemberTTL, lease: fleetLease, poll: fleetPoll}
 		path, argv, env := opt.Member(mf.args())
 		if err := sup.Start(Role{Name: name, Path: path, Args: argv, Env: env}); err != nil {
@@ -239,7 +242,9 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	obs.Repartitions++
 	logf("repartitioned %s: %d partitions", dbs[0].name, fleetRepartition)
 	// The members have joined once every lease stood still for a lease.
-	settleLeases(ctx, dbs)
+	if err := settleLeases(ctx, dbs); err != nil {
+		logf("the leases did not settle before the baseline: %v", err)
+	}
 	sampler.steady.Store(true) // no member joins or leaves until the kills
 	// The first baseline: every database up, no fault.
 	before := Window{From: time.Now()}
@@ -270,6 +275,15 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	obs.Baselines = []Window{before, after}
 
 	sampler.steady.Store(false)
+	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	kv, err := fleetBucket(ctx, nc)
+	if err != nil {
+		return nil, err
+	}
 	// Kills: a fleet process, then a NATS node, and so on until the phase
 	// ends, two of each at least (one in a small run); after each process
 	// kill, the wait for its partitions' new owners.
@@ -293,9 +307,15 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 			}
 			continue
 		}
-		// The leases settle first, so that what moves is what this
-		// death moved, not what the last restart still moves.
-		settleLeases(ctx, live)
+		// The fleet stands still first (fleetsettle.go), so that what
+		// moves is what this death moved, not what the last restart
+		// still moves.
+		if err := standMembers(ctx, kv, sup, procs, perProc); err != nil {
+			logf("the members did not stand still before this kill: %v", err)
+		}
+		if err := settleLeases(ctx, live); err != nil {
+			logf("the leases did not settle before this kill: %v", err)
+		}
 		var up []string
 		for _, p := range procs {
 			if sup.PID(p) != 0 && (len(obs.Kills) == 0 || p != obs.Kills[len(obs.Kills)-1].Process) {
@@ -413,46 +433,6 @@ func killFleetProcess(ctx context.Context, sup *Supervisor, name string, members
 		k.FirstReown = max(k.FirstReown, d)
 	}
 	return k, ctx.Err()
-}
-
-// settleLeases waits until every database of dbs has k relays, every
-// partition is owned and no owner changed for a lease, or 4 leases. The
-// relays are counted too: a member that serves a database it is no longer
-// assigned to, or not yet, may hold no partition there but holds
-// connections.
-func settleLeases(ctx context.Context, dbs []*fleetDB) {
-	ctx, cancel := context.WithTimeout(ctx, 4*fleetLease)
-	defer cancel()
-	var last map[string]map[int]string
-	stableSince := time.Now()
-	_ = wait.Until(ctx, 250*time.Millisecond, func(ctx context.Context) error {
-		now := map[string]map[int]string{}
-		for _, d := range dbs {
-			o, err := d.owners(ctx)
-			if err != nil {
-				return err
-			}
-			for p, owner := range o {
-				if owner == "" {
-					return fmt.Errorf("%s: partition %d unowned", d.name, p)
-				}
-			}
-			switch n, err := d.relays(ctx); {
-			case err != nil:
-				return err
-			case n != fleetReplicas:
-				return fmt.Errorf("%s: %d relays", d.name, n)
-			}
-			now[d.name] = o
-		}
-		if !maps.EqualFunc(now, last, maps.Equal) {
-			last, stableSince = now, time.Now()
-		}
-		if time.Since(stableSince) < fleetLease {
-			return errors.New("leases still moving")
-		}
-		return nil
-	})
 }
 
 // drainFleet waits until no database has an unpublished event, saying
