@@ -16,22 +16,27 @@ import (
 
 // PublisherConfig configures a Publisher. The zero value works.
 type PublisherConfig struct {
-	// MaxPending bounds the messages in flight without an ack. Defaults to 4096.
+	// MaxPending bounds the messages in flight without an ack. Defaults to
+	// 4096. The bound in force is lower while acks time out (see
+	// InFlightLimit).
 	MaxPending int
 	// AckTimeout is how long a message waits for JetStream's ack before
 	// its publish fails with jetstream.ErrAsyncPublishTimeout, freeing its
 	// place among the MaxPending. A publish forwarded to a stream leader
 	// that dies is never answered, and the connection stays up, so nothing
 	// else frees its place: without a bound, each leader death would take
-	// a few places for good. Defaults to 30 s, a relay's PublishTimeout.
+	// a few places for good. Defaults to 30 s, a relay's PublishTimeout:
+	// set it to the relay's PublishTimeout, so that a publish the relay
+	// gave up on frees its place then.
 	AckTimeout time.Duration
 }
 
 // Publisher publishes batches to JetStream asynchronously, with
 // Nats-Msg-Id = message ID. It is safe for concurrent use.
 type Publisher struct {
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	win *inflight
 }
 
 var (
@@ -55,14 +60,23 @@ func NewPublisher(nc *nats.Conn, cfg *PublisherConfig) (*Publisher, error) {
 	if err := cfgerr.For(ErrInvalidConfig, "natsjs: PublisherConfig").IfNegative(c, "MaxPending", "AckTimeout"); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(cmp.Or(c.MaxPending, 4096)),
-		jetstream.WithPublishAsyncTimeout(cmp.Or(c.AckTimeout, 30*time.Second)))
+	maxPending, ackTimeout := cmp.Or(c.MaxPending, 4096), cmp.Or(c.AckTimeout, 30*time.Second)
+	win := newInflight(maxPending, ackTimeout)
+	js, err := jetstream.New(nc, append(win.options(),
+		jetstream.WithPublishAsyncMaxPending(maxPending),
+		jetstream.WithPublishAsyncTimeout(ackTimeout))...)
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}
-	return &Publisher{nc: nc, js: js}, nil
+	return &Publisher{nc: nc, js: js, win: win}, nil
 }
+
+// InFlightLimit returns how many publishes p lets wait for their acks now:
+// MaxPending, halved when publishes time out unacknowledged (AckTimeout),
+// at most once per flight of publishes and not below 16, and grown back by
+// one at each ack. A JetStream cluster too slow to answer in time is so
+// sent less, instead of the same publishes again as its callers retry.
+func (p *Publisher) InFlightLimit() int { return p.win.limitNow() }
 
 // NATSMsg converts m to a NATS message with oncekit's headers set.
 func NATSMsg(m broker.Message) *nats.Msg {
@@ -86,8 +100,9 @@ func NATSMsg(m broker.Message) *nats.Msg {
 var ErrNotSent = errors.New("natsjs: not sent: an earlier message of its chain failed")
 
 // Publish implements broker.Publisher: every message is sent asynchronously,
-// then each ack is awaited; results come back in input order. When the async
-// window (MaxPending) is full, sending waits for room until ctx ends.
+// then each ack is awaited; results come back in input order. When the
+// publishes in flight reach InFlightLimit, sending waits for room until ctx
+// ends.
 func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) []broker.Result {
 	return p.PublishChain(ctx, msgs, nil)
 }
@@ -137,18 +152,23 @@ func (p *Publisher) PublishChain(ctx context.Context, msgs []broker.Message, pre
 	return results
 }
 
-// send publishes msgs[i] asynchronously, waiting for room in the window
-// until ctx's deadline. The Nats-Msg-Id header NATSMsg sets is the one
-// JetStream deduplicates on, so no WithMsgID option (and no second
-// formatting of the ID) is needed.
+// send publishes msgs[i] asynchronously, waiting for room among the
+// publishes in flight until ctx ends. The Nats-Msg-Id header NATSMsg sets
+// is the one JetStream deduplicates on, so no WithMsgID option (and no
+// second formatting of the ID) is needed.
 func (p *Publisher) send(ctx context.Context, msgs []broker.Message, futures []jetstream.PubAckFuture, results []broker.Result, i int) {
+	m := &msgs[i]
+	if err := p.win.take(ctx); err != nil {
+		results[i].Err = fmt.Errorf("natsjs: publish %s: waiting for room among the publishes in flight: %w", m.ID, err)
+		return
+	}
 	stall := 30 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		stall = max(time.Until(dl), time.Millisecond)
 	}
-	m := &msgs[i]
 	f, err := p.js.PublishMsgAsync(NATSMsg(*m), jetstream.WithStallWait(stall))
 	if err != nil {
+		p.win.failed(err)
 		results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.ID, err)
 		return
 	}

@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,81 @@ func TestPublisherWindowOutlivesAnUnansweredLeader(t *testing.T) {
 		}
 		require.Less(t, attempt, 6, "the window never came back: %v", last)
 	}
+}
+
+// A JetStream cluster that stops answering makes every publish time out.
+// The publisher then lets fewer publishes wait at once, so a cluster too
+// slow to answer is sent less as its callers retry, and lets as many as
+// before again once acks come back. The test hangs the stream's leader and
+// one follower (so that no new leader is elected), publishes three rounds
+// through the third node, and publishes again once both run again.
+func TestPublisherSendsLessToAClusterThatDoesNotAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := chaos.StartNATSCluster(ctx, t.TempDir(), 3)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+
+	name := testenv.Name(t)
+	js, err := jetstream.New(connectNode(t, c.URLs()...))
+	require.NoError(t, err)
+	stream, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Replicas: 3})
+	require.NoError(t, err)
+	leader := streamLeader(ctx, t, c, stream, "")
+	follower, through := (leader+1)%3, (leader+2)%3
+
+	const maxPending = 64
+	pub, err := natsjs.NewPublisher(connectNode(t, c.URLs()[through]), &natsjs.PublisherConfig{MaxPending: maxPending, AckTimeout: time.Second})
+	require.NoError(t, err)
+	batch := func() []broker.Message {
+		msgs := make([]broker.Message, maxPending)
+		for i := range msgs {
+			msgs[i] = broker.Message{ID: uuid.New(), Subject: name + ".e", Payload: []byte("x")}
+		}
+		return msgs
+	}
+	require.NoError(t, errors.Join(resultErrs(pub.Publish(ctx, batch()))...), "before any fault")
+	require.Equal(t, maxPending, pub.InFlightLimit())
+
+	require.NoError(t, c.Pause(leader))
+	require.NoError(t, c.Pause(follower))
+	// Each round sends what the limit lets through within 2.5 s, each
+	// publish timing out 1 s after it was sent.
+	var sent []int
+	for range 3 {
+		rctx, stop := context.WithTimeout(ctx, 2500*time.Millisecond)
+		rs := pub.Publish(rctx, batch())
+		stop()
+		n := 0
+		for _, r := range rs {
+			require.Error(t, r.Err, "a hung cluster acknowledged a publish")
+			if errors.Is(r.Err, jetstream.ErrAsyncPublishTimeout) {
+				n++
+			}
+		}
+		sent = append(sent, n)
+	}
+	t.Logf("publishes sent to the hung cluster and timed out, by round: %v; limit now %d", sent, pub.InFlightLimit())
+	require.Equal(t, 16, pub.InFlightLimit(), "the limit after three flights of timeouts")
+	require.Less(t, sent[1], sent[0], "the second round sent as many publishes to the hung cluster as the first")
+
+	require.NoError(t, c.Resume(leader))
+	require.NoError(t, c.Resume(follower))
+	require.NoError(t, wait.Until(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		pctx, stop := context.WithTimeout(ctx, 5*time.Second)
+		defer stop()
+		if err := errors.Join(resultErrs(pub.Publish(pctx, batch()))...); err != nil {
+			return err
+		}
+		if n := pub.InFlightLimit(); n < maxPending {
+			return fmt.Errorf("limit %d after a round acknowledged", n)
+		}
+		return nil
+	}), "the limit never came back to MaxPending")
 }
 
 // connectNode connects to urls, reconnecting for ever.

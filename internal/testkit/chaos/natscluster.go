@@ -243,16 +243,22 @@ func (c *NATSCluster) Kill(i int) error {
 }
 
 // Pause stops node i (SIGSTOP) without closing its connections: a hung
-// host, which takes what is sent to it and answers nothing, until Kill.
-// Pausing a node that is down is a no-op.
-func (c *NATSCluster) Pause(i int) error {
+// host, which takes what is sent to it and answers nothing, until Resume
+// or Kill. Pausing a node that is down is a no-op.
+func (c *NATSCluster) Pause(i int) error { return c.signal(i, syscall.SIGSTOP) }
+
+// Resume lets node i, paused, run again (SIGCONT). Resuming a node that is
+// down is a no-op.
+func (c *NATSCluster) Resume(i int) error { return c.signal(i, syscall.SIGCONT) }
+
+func (c *NATSCluster) signal(i int, sig syscall.Signal) error {
 	c.mu.Lock()
 	p := c.nodes[i].proc
 	c.mu.Unlock()
 	if p == nil {
 		return nil
 	}
-	return p.signal(syscall.SIGSTOP)
+	return p.signal(sig)
 }
 
 // Restart starts node i again after Kill, on the same ports and store, and
