@@ -24,59 +24,38 @@ import (
 // publisher's own server stays up, so no reconnect fails it either. Its
 // place in the publisher's window must come back all the same, or a few
 // leader deaths leave a relay that can publish nothing. The test fills the
-// window with publishes to a hung leader, kills it, and publishes again
-// once a new leader is elected.
+// window with publishes to a hung leader (a follower hung too, so that no
+// other leader is elected meanwhile), kills it, and publishes again once a
+// new leader is elected.
 func TestPublisherWindowOutlivesAnUnansweredLeader(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node NATS cluster")
-	}
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := chaos.StartNATSCluster(ctx, t.TempDir(), 3)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-
-	name := testenv.Name(t)
-	admin := connectNode(t, c.URLs()...)
-	js, err := jetstream.New(admin)
-	require.NoError(t, err)
-	stream, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Replicas: 3})
-	require.NoError(t, err)
-	leader := streamLeader(ctx, t, c, stream, "")
-	other := (leader + 1) % 3
+	cs := startClusterStream(ctx, t)
 
 	// The publisher's connection is to a follower, which forwards each
 	// publish to the leader and stays up when the leader dies.
 	const window = 16
-	pub, err := natsjs.NewPublisher(connectNode(t, c.URLs()[other]), &natsjs.PublisherConfig{MaxPending: window, AckTimeout: 2 * time.Second})
+	pub, err := natsjs.NewPublisher(connectNode(t, cs.c.URLs()[cs.through]), &natsjs.PublisherConfig{MaxPending: window, AckTimeout: 2 * time.Second})
 	require.NoError(t, err)
-	batch := func() []broker.Message {
-		msgs := make([]broker.Message, window)
-		for i := range msgs {
-			msgs[i] = broker.Message{ID: uuid.New(), Subject: name + ".e", Payload: []byte("x")}
-		}
-		return msgs
-	}
-	for _, r := range pub.Publish(ctx, batch()) {
-		require.NoError(t, r.Err, "before any fault")
-	}
+	require.NoError(t, errors.Join(resultErrs(pub.Publish(ctx, cs.batch(window)))...), "before any fault")
 
-	require.NoError(t, c.Pause(leader))
+	require.NoError(t, cs.c.Pause(cs.leader))
+	require.NoError(t, cs.c.Pause(cs.follower))
 	hung, stop := context.WithTimeout(ctx, time.Second)
-	for _, r := range pub.Publish(hung, batch()) {
+	for _, r := range pub.Publish(hung, cs.batch(window)) {
 		require.Error(t, r.Err, "a hung leader acknowledged a publish")
 	}
 	stop()
-	require.NoError(t, c.Kill(leader))
-	streamLeader(ctx, t, c, stream, c.ServerName(leader))
+	require.NoError(t, cs.c.Kill(cs.leader))
+	require.NoError(t, cs.c.Resume(cs.follower))
+	streamLeader(ctx, t, cs.c, cs.stream, cs.c.ServerName(cs.leader))
 
 	// Each attempt gets 5 s: a window still full of the dead leader's
 	// publishes fails every one of them, waiting for room.
 	var last error
 	for attempt := 1; ; attempt++ {
 		actx, stop := context.WithTimeout(ctx, 5*time.Second)
-		rs := pub.Publish(actx, batch())
+		rs := pub.Publish(actx, cs.batch(window))
 		stop()
 		if last = errors.Join(resultErrs(rs)...); last == nil {
 			t.Logf("published a window's worth again at attempt %d", attempt)
@@ -93,45 +72,24 @@ func TestPublisherWindowOutlivesAnUnansweredLeader(t *testing.T) {
 // one follower (so that no new leader is elected), publishes three rounds
 // through the third node, and publishes again once both run again.
 func TestPublisherSendsLessToAClusterThatDoesNotAnswer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node NATS cluster")
-	}
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := chaos.StartNATSCluster(ctx, t.TempDir(), 3)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-
-	name := testenv.Name(t)
-	js, err := jetstream.New(connectNode(t, c.URLs()...))
-	require.NoError(t, err)
-	stream, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Replicas: 3})
-	require.NoError(t, err)
-	leader := streamLeader(ctx, t, c, stream, "")
-	follower, through := (leader+1)%3, (leader+2)%3
+	cs := startClusterStream(ctx, t)
 
 	const maxPending = 64
-	pub, err := natsjs.NewPublisher(connectNode(t, c.URLs()[through]), &natsjs.PublisherConfig{MaxPending: maxPending, AckTimeout: time.Second})
+	pub, err := natsjs.NewPublisher(connectNode(t, cs.c.URLs()[cs.through]), &natsjs.PublisherConfig{MaxPending: maxPending, AckTimeout: time.Second})
 	require.NoError(t, err)
-	batch := func() []broker.Message {
-		msgs := make([]broker.Message, maxPending)
-		for i := range msgs {
-			msgs[i] = broker.Message{ID: uuid.New(), Subject: name + ".e", Payload: []byte("x")}
-		}
-		return msgs
-	}
-	require.NoError(t, errors.Join(resultErrs(pub.Publish(ctx, batch()))...), "before any fault")
+	require.NoError(t, errors.Join(resultErrs(pub.Publish(ctx, cs.batch(maxPending)))...), "before any fault")
 	require.Equal(t, maxPending, pub.InFlightLimit())
 
-	require.NoError(t, c.Pause(leader))
-	require.NoError(t, c.Pause(follower))
+	require.NoError(t, cs.c.Pause(cs.leader))
+	require.NoError(t, cs.c.Pause(cs.follower))
 	// Each round sends what the limit lets through within 2.5 s, each
 	// publish timing out 1 s after it was sent.
 	var sent []int
 	for range 3 {
 		rctx, stop := context.WithTimeout(ctx, 2500*time.Millisecond)
-		rs := pub.Publish(rctx, batch())
+		rs := pub.Publish(rctx, cs.batch(maxPending))
 		stop()
 		n := 0
 		for _, r := range rs {
@@ -146,12 +104,12 @@ func TestPublisherSendsLessToAClusterThatDoesNotAnswer(t *testing.T) {
 	require.Equal(t, 16, pub.InFlightLimit(), "the limit after three flights of timeouts")
 	require.Less(t, sent[1], sent[0], "the second round sent as many publishes to the hung cluster as the first")
 
-	require.NoError(t, c.Resume(leader))
-	require.NoError(t, c.Resume(follower))
+	require.NoError(t, cs.c.Resume(cs.leader))
+	require.NoError(t, cs.c.Resume(cs.follower))
 	require.NoError(t, wait.Until(ctx, 100*time.Millisecond, func(ctx context.Context) error {
 		pctx, stop := context.WithTimeout(ctx, 5*time.Second)
 		defer stop()
-		if err := errors.Join(resultErrs(pub.Publish(pctx, batch()))...); err != nil {
+		if err := errors.Join(resultErrs(pub.Publish(pctx, cs.batch(maxPending)))...); err != nil {
 			return err
 		}
 		if n := pub.InFlightLimit(); n < maxPending {
@@ -159,6 +117,43 @@ func TestPublisherSendsLessToAClusterThatDoesNotAnswer(t *testing.T) {
 		}
 		return nil
 	}), "the limit never came back to MaxPending")
+}
+
+// clusterStream is a three-node NATS cluster with a stream of three
+// replicas named for the test, and its nodes by role when it started.
+type clusterStream struct {
+	c                         *chaos.NATSCluster
+	stream                    jetstream.Stream
+	name                      string
+	leader, follower, through int // through: the other follower
+}
+
+// startClusterStream starts t's cluster and stream, or skips t in -short.
+func startClusterStream(ctx context.Context, t *testing.T) *clusterStream {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	t.Parallel()
+	c, err := chaos.StartNATSCluster(ctx, t.TempDir(), 3)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	name := testenv.Name(t)
+	js, err := jetstream.New(connectNode(t, c.URLs()...))
+	require.NoError(t, err)
+	stream, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Replicas: 3})
+	require.NoError(t, err)
+	leader := streamLeader(ctx, t, c, stream, "")
+	return &clusterStream{c: c, stream: stream, name: name, leader: leader, follower: (leader + 1) % 3, through: (leader + 2) % 3}
+}
+
+// batch returns n new messages on the stream.
+func (cs *clusterStream) batch(n int) []broker.Message {
+	msgs := make([]broker.Message, n)
+	for i := range msgs {
+		msgs[i] = broker.Message{ID: uuid.New(), Subject: cs.name + ".e", Payload: []byte("x")}
+	}
+	return msgs
 }
 
 // connectNode connects to urls, reconnecting for ever.
