@@ -20,7 +20,7 @@ import (
 // relays' template.
 var fleetConfigFlags = func() configFlags {
 	m := configFlags{"Bucket": "--fleet-bucket", "BucketReplicas": "--fleet-bucket-replicas", "Replicas": "--fleet-replicas",
-		"MaxConnsPerDatabase": "--fleet-max-conns", "MemberTTL": "--fleet-member-ttl"}
+		"Group": "--fleet-group", "MaxConnsPerDatabase": "--fleet-max-conns", "MemberTTL": "--fleet-member-ttl"}
 	for k, v := range relayFlags {
 		m[k] = v
 	}
@@ -33,16 +33,18 @@ type fleetFlags struct {
 	bucket   string
 	bucketR  int
 	replicas int
+	group    string
 	maxConns int
 	reload   time.Duration
 	ttl      time.Duration
 }
 
 func (f *fleetFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.file, "fleet", "", "`FILE` listing the databases of a relay fleet (JSON: [{\"name\", \"url\", \"schema\"}]): serve those fleet.Assign gives this member instead of --database-url's; the file is re-read every --fleet-reload")
+	fs.StringVar(&f.file, "fleet", "", "`FILE` listing the databases of a relay fleet (JSON: [{\"name\", \"url\", \"schema\"}]): serve those fleet.AssignSpread gives this member instead of --database-url's; the file is re-read every --fleet-reload")
 	fs.StringVar(&f.bucket, "fleet-bucket", "oncekit_fleet", "JetStream key-value bucket of the fleet's members (--fleet)")
 	fs.IntVar(&f.bucketR, "fleet-bucket-replicas", 1, "replicas of --fleet-bucket when created or updated: on a JetStream cluster, its size (--fleet)")
 	fs.IntVar(&f.replicas, "fleet-replicas", 3, "members serving each database (--fleet)")
+	fs.StringVar(&f.group, "fleet-group", "", "the host or zone this member shares with others: a database's --fleet-replicas members are taken from as many groups as there are (default: the member alone) (--fleet)")
 	fs.IntVar(&f.maxConns, "fleet-max-conns", 5, "most connections this member opens to one database (--fleet)")
 	fs.DurationVar(&f.reload, "fleet-reload", 5*time.Second, "period at which --fleet's file is re-read")
 	fs.DurationVar(&f.ttl, "fleet-member-ttl", 15*time.Second, "a member's entry outlives its last refresh this long (--fleet)")
@@ -52,7 +54,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet) {
 // without --fleet.
 func (f *fleetFlags) check(fs *flag.FlagSet) error {
 	if f.file == "" {
-		for _, n := range []string{"fleet-bucket", "fleet-bucket-replicas", "fleet-replicas", "fleet-max-conns", "fleet-reload", "fleet-member-ttl"} {
+		for _, n := range []string{"fleet-bucket", "fleet-bucket-replicas", "fleet-replicas", "fleet-group", "fleet-max-conns", "fleet-reload", "fleet-member-ttl"} {
 			if flagSet(fs, n) {
 				return usagef("--%s needs --fleet", n)
 			}
@@ -83,7 +85,7 @@ func (f *fleetFlags) run(ctx context.Context, log *slog.Logger, reg *prometheus.
 		return err
 	}
 	member, err := fleet.New(js, pub, &fleet.Config{ID: relay.ID, Bucket: f.bucket, BucketReplicas: f.bucketR, Replicas: f.replicas,
-		MaxConnsPerDatabase: f.maxConns, MemberTTL: f.ttl, Relay: relay, Logger: log, Registerer: reg})
+		Group: f.group, MaxConnsPerDatabase: f.maxConns, MemberTTL: f.ttl, Relay: relay, Logger: log, Registerer: reg})
 	if err != nil {
 		return fleetConfigFlags.usage(err)
 	}

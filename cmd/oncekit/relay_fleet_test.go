@@ -106,6 +106,8 @@ func TestRelayFleetFlags(t *testing.T) {
 		{[]string{"relay", "--fleet", file, "--fleet-max-conns", "1"}, "--fleet-max-conns: 1 is below 2"},
 		{[]string{"relay", "--fleet", file, "--fleet-bucket-replicas", "6"}, "--fleet-bucket-replicas: 6 is not 1 to 5"},
 		{[]string{"relay", "--fleet-bucket-replicas", "3"}, "--fleet-bucket-replicas needs --fleet"},
+		{[]string{"relay", "--fleet-group", "rack-1"}, "--fleet-group needs --fleet"},
+		{[]string{"relay", "--fleet", file, "--fleet-group", "rack\x001"}, "--fleet-group"},
 		{[]string{"relay", "--fleet", bad}, `database "a" listed twice`},
 	} {
 		var stderr testenv.SyncBuffer

@@ -45,6 +45,12 @@ type Config struct {
 	// databases: valid UTF-8 without control characters, at most 255
 	// bytes. Defaults to hostname-pid-random.
 	ID string
+	// Group names the process, host or zone this member shares with other
+	// members, whose death would take them all: a database's Replicas
+	// members are taken from as many groups as there are (AssignSpread).
+	// Same rules as ID. Defaults to ID: each member a group of its own.
+	// Members of one process should share a group.
+	Group string
 	// Bucket is the JetStream key-value bucket the members keep their
 	// entries in; fleets with different buckets do not see each other.
 	// Defaults to "oncekit_fleet".
@@ -99,6 +105,7 @@ func (c *Config) withDefaults() Config {
 	if out.ID == "" {
 		out.ID = nodeid.New()
 	}
+	out.Group = cmp.Or(out.Group, out.ID)
 	out.Bucket = cmp.Or(out.Bucket, "oncekit_fleet")
 	out.BucketReplicas = cmp.Or(out.BucketReplicas, 1)
 	out.Replicas = cmp.Or(out.Replicas, 3)
@@ -119,7 +126,7 @@ func (c *Config) validate() error {
 	if err := bad.IfNegative(c, "Replicas", "MaxConnsPerDatabase", "ConnectTimeout", "MinBackoff", "MaxBackoff"); err != nil {
 		return err
 	}
-	if err := bad.IfNotID(c, "ID"); err != nil {
+	if err := bad.IfNotID(c, "ID", "Group"); err != nil {
 		return err
 	}
 	switch {

@@ -21,6 +21,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		cfg  fleet.Config
 	}{
 		{"ID", fleet.Config{ID: "member\x00"}},
+		{"Group", fleet.Config{Group: "rack\xff"}},
 		{"Replicas", fleet.Config{Replicas: -1}},
 		{"MemberTTL", fleet.Config{MemberTTL: time.Millisecond}},
 		{"MaxConnsPerDatabase", fleet.Config{MaxConnsPerDatabase: 1}},

@@ -7,9 +7,11 @@
 // added databases start and those of removed ones stop, without a restart.
 // Members find each other through a JetStream key-value bucket in which each
 // keeps an entry alive (its TTL is the server's, so members' clocks do not
-// matter), and Assign picks a database's k members by rendezvous hashing: a
-// member joining or leaving moves about 1/n of the assignments, and only
-// those that involve it.
+// matter), and AssignSpread picks a database's k members by rendezvous
+// hashing, in k different groups (Config.Group: a process, host or zone)
+// while there are that many: a member joining or leaving moves about 1/n
+// of the assignments, and only those that involve it, and a group's death
+// takes at most one of a database's members.
 //
 // The fleet decides only who tries. Correctness stays in each database: an
 // outbox.Relay per assigned database shares that database's partitions with

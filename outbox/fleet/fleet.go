@@ -197,15 +197,15 @@ func (f *Fleet) look(ctx context.Context, mem *members) {
 		f.mu.Unlock()
 	}
 	f.mu.Lock()
-	ids = f.members
+	ms := mem.spread(f.members)
 	want := map[string]Database{}
 	for name, d := range f.dbs {
-		if slices.Contains(Assign(name, ids, f.cfg.Replicas), f.cfg.ID) {
+		if slices.Contains(AssignSpread(name, ms, f.cfg.Replicas), f.cfg.ID) {
 			want[name] = d
 		}
 	}
 	f.mu.Unlock()
-	f.m.members.Set(float64(len(ids)))
+	f.m.members.Set(float64(len(ms)))
 	f.reconcile(ctx, want)
 }
 

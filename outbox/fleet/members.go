@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -28,19 +29,21 @@ import (
 // members refreshing every second cost the NATS cluster twice the CPU of
 // the watch.
 type members struct {
-	kv  jetstream.KeyValue
-	id  string
-	key string
-	ttl time.Duration
+	kv   jetstream.KeyValue
+	id   string
+	key  string
+	mine string // this member's group, the value of its entry
+	ttl  time.Duration
 
 	w     jetstream.KeyWatcher
 	done  chan struct{} // closed once the watch's loop has returned
 	moved chan struct{} // signalled at each entry the watch delivers
 
-	mu  sync.Mutex
-	at  map[string]time.Time // each member's last refresh (server time); a leave deletes it
-	rev uint64               // the last revision the watch delivered
-	own uint64               // the revision of this member's last refresh
+	mu    sync.Mutex
+	at    map[string]time.Time // each member's last refresh (server time); a leave deletes it
+	group map[string]string    // each member's group, from its entry
+	rev   uint64               // the last revision the watch delivered
+	own   uint64               // the revision of this member's last refresh
 
 	// last is the previous list; lossSince is when lists began to find a
 	// large part of last gone, zero while they do not (see list).
@@ -70,8 +73,8 @@ func joinBucket(ctx context.Context, js jetstream.JetStream, c *Config) (*member
 	if err != nil {
 		return nil, fmt.Errorf("fleet: watch members bucket %q: %w", c.Bucket, err)
 	}
-	m := &members{kv: kv, id: c.ID, key: memberKey(c.ID), ttl: c.MemberTTL, w: w,
-		done: make(chan struct{}), moved: make(chan struct{}, 1), at: map[string]time.Time{}}
+	m := &members{kv: kv, id: c.ID, key: memberKey(c.ID), mine: c.Group, ttl: c.MemberTTL, w: w,
+		done: make(chan struct{}), moved: make(chan struct{}, 1), at: map[string]time.Time{}, group: map[string]string{}}
 	go m.watch()
 	return m, nil
 }
@@ -93,8 +96,10 @@ func (m *members) watch() {
 			// same check).
 		case e.Operation() == jetstream.KeyValuePut:
 			m.at[string(b)] = e.Created()
+			m.group[string(b)] = entryGroup(string(b), e.Value())
 		default: // deleted, purged, or expired with a marker
 			delete(m.at, string(b))
+			delete(m.group, string(b))
 		}
 		m.mu.Unlock()
 		select {
@@ -113,9 +118,19 @@ func (m *members) close() {
 // memberKey is id as a key-value key (any bytes: base64url, no padding).
 func memberKey(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
-// refresh writes this member's entry, restarting its TTL.
+// entryGroup is the group an entry of member id names: its value, or id
+// when the value is not an ID (written by something else, or empty), so
+// that such a member is a group of its own.
+func entryGroup(id string, value []byte) string {
+	if g := string(value); g != "" && cfgerr.NotID(g) == "" {
+		return g
+	}
+	return id
+}
+
+// refresh writes this member's entry, its group, restarting its TTL.
 func (m *members) refresh(ctx context.Context) error {
-	rev, err := m.kv.Put(ctx, m.key, []byte(m.id))
+	rev, err := m.kv.Put(ctx, m.key, []byte(m.mine))
 	if err != nil {
 		return err
 	}
@@ -123,6 +138,18 @@ func (m *members) refresh(ctx context.Context) error {
 	m.own = max(m.own, rev)
 	m.mu.Unlock()
 	return nil
+}
+
+// spread returns the members of ids with their groups, as last seen; a
+// member whose entry the watch has not delivered is a group of its own.
+func (m *members) spread(ids []string) []Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Member, len(ids))
+	for i, id := range ids {
+		out[i] = Member{ID: id, Group: cmp.Or(m.group[id], id)}
+	}
+	return out
 }
 
 // leave deletes this member's entry, so that the others reassign its
@@ -157,6 +184,7 @@ func (m *members) list(ctx context.Context) ([]string, error) {
 			switch age := now.Sub(at); {
 			case age > 2*m.ttl:
 				delete(m.at, id) // long gone: forgotten
+				delete(m.group, id)
 			case age <= m.ttl && id != m.id:
 				ids = append(ids, id)
 			}

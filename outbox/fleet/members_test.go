@@ -26,6 +26,7 @@ func joinAll(t *testing.T, ttl time.Duration, size int) []*members {
 	for i := range all {
 		c := cfg
 		c.ID = fmt.Sprintf("m%02d", i)
+		c.Group = c.ID
 		m, err := joinBucket(ctx, n.JS, &c)
 		require.NoError(t, err)
 		t.Cleanup(m.close)
@@ -173,4 +174,31 @@ func TestListIgnoresEntriesNoMemberWrote(t *testing.T) {
 	_, err := kv.Put(ctx, memberKey("m09"), []byte("anything")) // a well-formed ID is one
 	require.NoError(t, err)
 	require.Equal(t, []string{"m00", "m01", "m09"}, look(t, all[0]))
+}
+
+// Each member reads the others' groups from their entries. An entry whose
+// value is not an ID (written by something else) makes its member a group
+// of its own, as does a member the watch has not delivered yet.
+func TestMembersReadEachOthersGroups(t *testing.T) {
+	t.Parallel()
+	n := testenv.NewNATS(t)
+	ctx := context.Background()
+	bucket := testenv.Name(t)
+	var all []*members
+	for _, c := range []Config{{ID: "p1-m0", Group: "p1"}, {ID: "p1-m1", Group: "p1"}, {ID: "p2-m0", Group: "p2"}} {
+		c.Bucket, c.MemberTTL = bucket, 3*time.Second
+		c = c.withDefaults()
+		m, err := joinBucket(ctx, n.JS, &c)
+		require.NoError(t, err)
+		t.Cleanup(m.close)
+		require.NoError(t, m.refresh(ctx))
+		all = append(all, m)
+	}
+	_, err := all[0].kv.Put(ctx, memberKey("odd"), []byte("bad\x00group"))
+	require.NoError(t, err)
+
+	ids := look(t, all[0])
+	require.Equal(t, []string{"odd", "p1-m0", "p1-m1", "p2-m0"}, ids)
+	require.Equal(t, []Member{{"odd", "odd"}, {"p1-m0", "p1"}, {"p1-m1", "p1"}, {"p2-m0", "p2"}, {"unseen", "unseen"}},
+		all[0].spread(append(ids, "unseen")))
 }

@@ -39,6 +39,52 @@ func Assign(database string, members []string, k int) []string {
 	return out
 }
 
+// Member is a live member of a fleet and its group: the process, host or
+// zone it shares with other members, whose death takes them all.
+type Member struct {
+	ID    string
+	Group string
+}
+
+// AssignSpread is Assign over members in groups: the k members that serve
+// database are taken in Assign's order, skipping a member whose group
+// already has one of them, so that one group's death takes at most one of
+// a database's members while there are k groups. With fewer groups, the
+// members skipped fill the places left, in the same order. Like Assign it
+// needs no coordination, and a member's leaving or joining changes only
+// the databases it serves or wins. With every member in a group of its
+// own, it is Assign.
+func AssignSpread(database string, members []Member, k int) []string {
+	ids := make([]string, len(members))
+	group := make(map[string]string, len(members))
+	for i, m := range members {
+		ids[i] = m.ID
+		group[m.ID] = m.Group
+	}
+	order := Assign(database, ids, len(ids))
+	out := make([]string, 0, min(k, len(order)))
+	taken := make(map[string]bool, k)
+	var skipped []string
+	for _, id := range order {
+		if len(out) == k {
+			break
+		}
+		if taken[group[id]] {
+			skipped = append(skipped, id)
+			continue
+		}
+		taken[group[id]] = true
+		out = append(out, id)
+	}
+	for _, id := range skipped {
+		if len(out) == k {
+			break
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
 // weight is member's weight for database: FNV-1a over both (with a
 // separator no name contains), finished by splitmix64's mixer so that
 // names differing in their last bytes spread over the whole range.

@@ -93,7 +93,7 @@ func runFleetMembers(ctx context.Context, f *fleetMemberFlags, log *slog.Logger)
 	for i := range f.members {
 		id := fmt.Sprintf("%s-%d-m%d", f.prefix, os.Getpid(), i)
 		m, err := fleet.New(js, pub, &fleet.Config{
-			ID: id, Bucket: f.bucket, BucketReplicas: 3, Replicas: f.replicas, MemberTTL: f.ttl, ApplicationName: f.app,
+			ID: id, Group: f.prefix, Bucket: f.bucket, BucketReplicas: 3, Replicas: f.replicas, MemberTTL: f.ttl, ApplicationName: f.app,
 			ConnectTimeout: 2 * time.Second, MinBackoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second,
 			Relay:  outbox.RelayConfig{Lease: f.lease, PollInterval: f.poll, PublishTimeout: fleetPublishTimeout, StatsInterval: time.Minute},
 			Logger: log,
