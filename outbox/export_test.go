@@ -27,6 +27,10 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 // tests.
 func SweepSQL(schema string) string { return renderRelaySQL(schema).sweep }
 
+// FetchSQL is the relay's batch statement for a partition that has held
+// rows, for the external tests.
+func FetchSQL(schema string) string { return renderRelaySQL(schema).fetch }
+
 // NoBarrier turns a repartition's barrier in the relays off (true) or on,
 // to show what the relays did without it.
 func NoBarrier(off bool) { noBarrier.Store(off) }

@@ -32,12 +32,23 @@ const openEpoch = `(SELECT CASE WHEN phase = 'drain' THEN epoch - 1 ELSE epoch E
 // olderHeld is true, once a repartition's drain has left only held rows of
 // earlier epochs (phase 'held'), for a row of alias whose key has such a
 // row, in whatever partition: the row waits behind it as a follower does
-// behind its key's blocked row. Other phases cost the read of one row.
+// behind its key's blocked row. Other phases cost the read of one row: the
+// phase test comes first and is false, not NULL, without a phase (phase is
+// NULL between repartitions, and NULL AND EXISTS (…) evaluates the EXISTS,
+// a scan of the outbox per row).
 func olderHeld(alias string) string {
-	return `((SELECT phase FROM {schema}.outbox_epoch) = 'held' AND ` + alias + `.ordering_key <> '' AND EXISTS (
+	return `(coalesce((SELECT phase = 'held' FROM {schema}.outbox_epoch), false) AND ` + alias + `.ordering_key <> '' AND EXISTS (
 		SELECT 1 FROM {schema}.outbox x WHERE x.ordering_key = ` + alias + `.ordering_key
 		AND x.epoch < ` + alias + `.epoch AND ` + held("x") + `))`
 }
+
+// partitionHeld is whether partition $1 has a held row: the first entry of
+// outbox_blocked for it. In the order of that index, so that the planner
+// reads it and not the table (which it did for a partition whose rows were
+// mostly held: each fetch then read the whole outbox).
+// (A scalar subquery: EXISTS drops its subquery's ORDER BY and LIMIT.)
+const partitionHeld = `coalesce((SELECT true FROM {schema}.outbox b WHERE b.partition = $1 AND ` + "(b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)" + `
+	ORDER BY b.partition, b.ordering_key, b.txid, b.seq LIMIT 1), false)`
 
 // cursors lists every partition that has rows (up to the highest one, found
 // at the end of the index outbox_pending) with its cursor as (part, ct, cs).
@@ -296,13 +307,13 @@ func renderRelaySQL(schema string) relaySQL {
 				ORDER BY h.txid, h.seq
 				LIMIT $4)
 			SELECT true, seq, id, ordering_key, subject, payload, headers, created_at, attempts, true, due, false,
-				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `), false
+				` + partitionHeld + `, false
 			FROM retry
 			UNION ALL (
 			SELECT false, o.seq, o.id, o.ordering_key, o.subject, o.payload, o.headers, o.created_at, o.attempts,
 				` + held("o") + `, o.parked_at IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()),
 				o.ordering_key <> '' AND (o.ordering_key IN (SELECT ordering_key FROM heads) OR ` + olderHeld("o") + `),
-				EXISTS (SELECT 1 FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `),
+				` + partitionHeld + `,
 				o.epoch > ` + openEpoch + `
 			FROM {schema}.outbox o
 			WHERE o.partition = $1
