@@ -31,6 +31,14 @@ func SweepSQL(schema string) string { return renderRelaySQL(schema).sweep }
 // rows, for the external tests.
 func FetchSQL(schema string) string { return renderRelaySQL(schema).fetch }
 
+// ProbeSQL is the relay's probe for rows newly readable, for the external
+// tests.
+func ProbeSQL(schema string) string { return renderRelaySQL(schema).probe }
+
+// PartitionsBeyondSQL is the relay's look for rows in partitions beyond its
+// count, for the external tests.
+func PartitionsBeyondSQL(schema string) string { return renderRelaySQL(schema).partitionsBeyond }
+
 // NoBarrier turns a repartition's barrier in the relays off (true) or on,
 // to show what the relays did without it.
 func NoBarrier(off bool) { noBarrier.Store(off) }

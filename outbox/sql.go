@@ -204,7 +204,9 @@ type relaySQL struct {
 
 func renderRelaySQL(schema string) relaySQL {
 	q := relaySQL{
-		partitionsBeyond: `SELECT EXISTS (SELECT 1 FROM {schema}.outbox WHERE partition >= $1)`,
+		// In the order of outbox_pending, so that a plan made while the
+		// outbox was small does not scan it whole once it has grown.
+		partitionsBeyond: `SELECT coalesce((SELECT true FROM {schema}.outbox WHERE partition >= $1 ORDER BY partition LIMIT 1), false)`,
 
 		// Heartbeat, forget dead nodes, count the live ones (dead: no
 		// heartbeat for $2 seconds).
@@ -237,16 +239,20 @@ func renderRelaySQL(schema string) relaySQL {
 		// the snapshot xmin $2 of the previous look; and whether committed
 		// rows are still waiting for the xmin to pass them (an older
 		// transaction is still running), in which case the prober looks
-		// again soon instead of backing off.
+		// again soon instead of backing off. Each partition is looked up on
+		// its own (LATERAL, LIMIT 1): as semi-joins, the plan pgx's prepared
+		// statement keeps, made while the outbox was nearly empty, hashed a
+		// scan of the whole outbox and kept doing so as it grew, four times
+		// a second per relay, until the table was next analyzed.
 		probe: `WITH x AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 			SELECT x.xmin::text, array(
-				SELECT p FROM unnest($1::int[]) AS p WHERE EXISTS (
+				SELECT p FROM unnest($1::int[]) AS p, LATERAL (
 					SELECT 1 FROM {schema}.outbox o
 					WHERE o.partition = p
-					AND o.txid >= $2::text::xid8 AND o.txid < x.xmin)),
+					AND o.txid >= $2::text::xid8 AND o.txid < x.xmin LIMIT 1) r),
 			EXISTS (
-				SELECT 1 FROM unnest($1::int[]) AS p WHERE EXISTS (
-					SELECT 1 FROM {schema}.outbox o WHERE o.partition = p AND o.txid >= x.xmin))
+				SELECT 1 FROM unnest($1::int[]) AS p, LATERAL (
+					SELECT 1 FROM {schema}.outbox o WHERE o.partition = p AND o.txid >= x.xmin LIMIT 1) r)
 			FROM x`,
 
 		// Which of the partitions $1 have work that the probe does not
