@@ -68,11 +68,11 @@ type FleetObservations struct {
 	Members   int // fleet members configured (n)
 	Written   []FleetWrite
 	Stream    []StreamEvent
-	// Baselines are windows without faults, Down a window in which DownDB
-	// was stopped (the run takes one baseline right before the outage,
-	// the outage's last stretch, and one baseline right after it, each as
-	// long). The commit-to-publish p99 of the other databases' events (all
-	// but DownDB) in Down is compared with that of the baselines' events
+	// Baselines are windows without faults, Down the window in which
+	// DownDB was stopped (the run takes one baseline right before the
+	// outage and one right after it, together as long as the outage). The
+	// commit-to-publish p99 of the other databases' events (all but
+	// DownDB) in Down is compared with that of the baselines' events
 	// pooled: the machine's load drifts over a run, and a baseline on one
 	// side only measured the outage against whatever that side held.
 	Baselines []Window

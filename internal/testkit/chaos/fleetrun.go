@@ -70,9 +70,11 @@ const (
 // baseline window without faults, the database stop (60 s, or half of a
 // shorter run), a second baseline, and the kills (at least two process
 // kills and two NATS node kills, however short; one of each in a small
-// run).
+// run). The two baselines together are as long as the stop, so that the
+// latencies compared are as many on each side.
 func fleetPhases(d time.Duration) (warm, base, down, kills time.Duration) {
-	warm, base, down = min(10*time.Second, d/8), min(20*time.Second, d/6), min(60*time.Second, d/2)
+	warm, down = min(10*time.Second, d/8), min(60*time.Second, d/2)
+	base = down / 2
 	return warm, base, down, max(d-warm-2*base-down, 0)
 }
 
@@ -259,9 +261,11 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 		return nil, err
 	}
 	obs.DBStops++
+	// The whole outage, from the stop (the stopped database's relays
+	// failing and backing off) to the start.
+	obs.Down = Window{From: time.Now()}
 	wait.Sleep(ctx, downFor)
-	// The outage's last stretch, as long as each baseline, between them.
-	obs.Down = Window{From: time.Now().Add(-base), To: time.Now()}
+	obs.Down.To = time.Now()
 	if err := pgs[2].Start(ctx); err != nil {
 		return nil, fmt.Errorf("start %s again: %w", pgs[2].Addr(), err)
 	}
@@ -355,6 +359,11 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 		obs.DownDB, v.P99OtherDown, v.P99Baseline, at(v.P99EachBaseline, 0), at(v.P99EachBaseline, 1))
 	for _, e := range v.Examples {
 		logf("%s", e)
+	}
+	if err := saveLatencySeconds(filepath.Join(opt.Dir, "latency.tsv"), obs); err != nil {
+		logf("latency by second: %v", err)
+	} else {
+		logf("latency by second in %s", filepath.Join(opt.Dir, "latency.tsv"))
 	}
 	return v, nil
 }
