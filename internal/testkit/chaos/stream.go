@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,13 +33,37 @@ func readStream(ctx context.Context, urls []string, name string) ([]StreamEvent,
 	defer cancel()
 	// A cluster that has just healed may still be electing leaders: a read
 	// that fails is tried again from the start, on a new connection (which
-	// may land on another node), until the timeout.
-	for {
+	// may land on another node), until the timeout. A stream leader that
+	// stored the last publishes but served no read for two minutes was
+	// seen once after a node's restart ("no responders" to every fetch):
+	// every tenth failed read asks the leader to step down.
+	var first error
+	for attempt := 1; ; attempt++ {
 		events, err := readStreamOnce(ctx, urls, name)
-		if err == nil || !wait.Sleep(ctx, 500*time.Millisecond) {
-			return events, err
+		if err == nil {
+			return events, nil
+		}
+		first = cmp.Or(first, err)
+		if attempt%10 == 0 {
+			stepDown(ctx, urls, name)
+		}
+		if !wait.Sleep(ctx, 500*time.Millisecond) {
+			return nil, fmt.Errorf("%w (after %d reads; the first failed with: %v)", err, attempt, first)
 		}
 	}
+}
+
+// stepDown asks the stream's leader to step down, so that another replica
+// leads it; errors are ignored (the next read says what is wrong).
+func stepDown(ctx context.Context, urls []string, name string) {
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(5*time.Second))
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, _ = nc.RequestWithContext(rctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, nil)
 }
 
 func readStreamOnce(ctx context.Context, urls []string, name string) ([]StreamEvent, error) {
