@@ -102,7 +102,8 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	if opt.Seed == 0 {
 		opt.Seed = uint64(time.Now().UnixNano())
 	}
-	if opt.Dir == "" {
+	temp := opt.Dir == ""
+	if temp {
 		if opt.Dir, err = os.MkdirTemp("", "oncekit-chaos-fleet-"); err != nil {
 			return nil, err
 		}
@@ -360,10 +361,14 @@ func RunFleet(ctx context.Context, opt FleetOptions) (v *FleetVerdict, err error
 	for _, e := range v.Examples {
 		logf("%s", e)
 	}
-	if err := saveLatencySeconds(filepath.Join(opt.Dir, "latency.tsv"), obs); err != nil {
-		logf("latency by second: %v", err)
-	} else {
-		logf("latency by second in %s", filepath.Join(opt.Dir, "latency.tsv"))
+	// Each second's latencies, kept with the run's logs (a passing run in a
+	// temp directory keeps neither).
+	if !temp || !v.Pass() {
+		if err := saveLatencySeconds(filepath.Join(opt.Dir, "latency.tsv"), obs); err != nil {
+			logf("latency by second: %v", err)
+		} else {
+			logf("latency by second in %s", filepath.Join(opt.Dir, "latency.tsv"))
+		}
 	}
 	return v, nil
 }
