@@ -47,7 +47,7 @@ func olderHeld(alias string) string {
 // reads it and not the table (which it did for a partition whose rows were
 // mostly held: each fetch then read the whole outbox).
 // (A scalar subquery: EXISTS drops its subquery's ORDER BY and LIMIT.)
-const partitionHeld = `coalesce((SELECT true FROM {schema}.outbox b WHERE b.partition = $1 AND ` + "(b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)" + `
+var partitionHeld = `coalesce((SELECT true FROM {schema}.outbox b WHERE b.partition = $1 AND ` + held("b") + `
 	ORDER BY b.partition, b.ordering_key, b.txid, b.seq LIMIT 1), false)`
 
 // cursors lists every partition that has rows (up to the highest one, found

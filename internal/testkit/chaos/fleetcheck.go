@@ -248,5 +248,10 @@ func p99(ds []time.Duration) time.Duration {
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[int(math.Ceil(0.99*float64(len(s))))-1]
+	return rank(s, 0.99)
+}
+
+// rank is the q-quantile of sorted, which is not empty (nearest rank).
+func rank(sorted []time.Duration, q float64) time.Duration {
+	return sorted[max(int(math.Ceil(q*float64(len(sorted))))-1, 0)]
 }

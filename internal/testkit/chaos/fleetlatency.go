@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -61,7 +60,7 @@ func latencySeconds(o *FleetObservations) []latencySecond {
 		slices.Sort(b.lats)
 		at := time.Unix(s, 0)
 		out = append(out, latencySecond{At: at, Window: o.windowOf(at), Events: len(b.lats),
-			P50: b.lats[(len(b.lats)-1)/2], P99: b.lats[int(math.Ceil(0.99*float64(len(b.lats))))-1], Max: b.max, WorstDB: b.worst})
+			P50: rank(b.lats, 0.5), P99: rank(b.lats, 0.99), Max: b.max, WorstDB: b.worst})
 	}
 	return out
 }
